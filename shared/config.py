@@ -1,0 +1,238 @@
+"""One typed Settings object: defaults from the seed, then butler.toml, then the environment.
+
+This is the only module that reads environment variables. Precedence (first wins):
+environment (``DATABASE_URL``, ``REDIS_URL``, ``MEMORY_BUTLER_*`` with ``__`` for nesting) >
+``butler.toml`` (path from ``MEMORY_BUTLER_CONFIG``, else ``./butler.toml`` if present) > defaults.
+A bad value fails at start with :class:`ConfigError`, whose message names the key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "MEMORY_BUTLER_"
+CONFIG_ENV = "MEMORY_BUTLER_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key (e.g. ``memory.facts.expiry_confidence_threshold``)."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EpisodeSettings(_Section):
+    default_ttl_days: float = Field(7, gt=0, le=3650)
+    max_entries: int = Field(10_000, ge=1)
+
+
+class FactSettings(_Section):
+    retrieval_confidence_threshold: float = Field(0.2, ge=0, le=1)
+    expiry_confidence_threshold: float = Field(0.05, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "FactSettings":
+        if self.expiry_confidence_threshold > self.retrieval_confidence_threshold:
+            raise ValueError("expiry_confidence_threshold must not exceed retrieval_confidence_threshold")
+        return self
+
+
+class PromoteToEstablished(_Section):
+    min_successes: int = Field(5, ge=0)
+    min_effectiveness: float = Field(0.6, ge=0, le=1)
+
+
+class PromoteToProven(_Section):
+    min_successes: int = Field(15, ge=0)
+    min_effectiveness: float = Field(0.8, ge=0, le=1)
+    min_age_days: float = Field(30, ge=0)
+
+
+class HarmfulToAntiPattern(_Section):
+    min_harmful: int = Field(3, ge=1)
+    max_effectiveness: float = Field(0.3, ge=0, le=1)
+
+
+class RuleSettings(_Section):
+    promote_to_established: PromoteToEstablished = PromoteToEstablished()
+    promote_to_proven: PromoteToProven = PromoteToProven()
+    harmful_to_antipattern: HarmfulToAntiPattern = HarmfulToAntiPattern()
+    baseline_confidence: float = Field(0.5, ge=0, le=1)
+
+
+class ScoreWeights(_Section):
+    relevance: float = Field(0.4, ge=0, le=1)
+    importance: float = Field(0.3, ge=0, le=1)
+    recency: float = Field(0.2, ge=0, le=1)
+    confidence: float = Field(0.1, ge=0, le=1)
+
+
+class SectionQuotas(_Section):
+    """Share of the context token budget each section may use; unused share flows to later sections."""
+
+    facts: float = Field(0.5, ge=0, le=1)
+    rules: float = Field(0.3, ge=0, le=1)
+    episodes: float = Field(0.2, ge=0, le=1)
+
+
+class RetrievalSettings(_Section):
+    default_limit: int = Field(20, ge=1, le=200)
+    default_mode: Literal["hybrid", "semantic", "keyword"] = "hybrid"
+    context_token_budget: int = Field(3000, ge=50, le=32_000)
+    score_weights: ScoreWeights = ScoreWeights()
+    section_quotas: SectionQuotas = SectionQuotas()
+    rrf_k: int = Field(60, ge=1)
+    # Recency is exp(-rate * days since last reference); 0.05/day halves in ~14 days.
+    recency_decay_per_day: float = Field(0.05, ge=0)
+    candidate_pool: int = Field(50, ge=1, le=1000)
+    context_recent_episodes: int = Field(5, ge=0, le=100)
+    read_timeout_ms: int = Field(2000, ge=10, le=60_000)
+
+
+class MemorySettings(_Section):
+    embedding_model: str = "all-MiniLM-L6-v2"
+    embedding_dimensions: Literal[384] = 384
+    episodes: EpisodeSettings = EpisodeSettings()
+    facts: FactSettings = FactSettings()
+    rules: RuleSettings = RuleSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
+
+
+class ScheduleEntry(_Section):
+    cron: str
+    prompt: str = ""
+
+    @model_validator(mode="after")
+    def _five_fields(self) -> "ScheduleEntry":
+        if len(self.cron.split()) != 5:
+            raise ValueError(f"cron must have 5 fields (minute hour day month weekday), got {self.cron!r}")
+        return self
+
+
+class ScheduleSettings(_Section):
+    consolidate: ScheduleEntry = ScheduleEntry(cron="0 */6 * * *", prompt="Run memory consolidation")
+    decay_sweep: ScheduleEntry = ScheduleEntry(cron="0 3 * * *", prompt="Run confidence decay sweep")
+    episode_cleanup: ScheduleEntry = ScheduleEntry(cron="0 4 * * *", prompt="Expire old episodes")
+    # Not in the seed: bursts must not wait 6 h, and lost messages must be re-sent.
+    backlog_trigger_seconds: float = Field(30, gt=0)
+    redelivery_sweep_seconds: float = Field(15, gt=0)
+
+
+class ConsolidationSettings(_Section):
+    extractor: Literal["heuristic", "openai", "command"] = "heuristic"
+    batch_size: int = Field(50, ge=1, le=1000)
+    max_attempts: int = Field(5, ge=1, le=100)
+    backoff_base_seconds: float = Field(30, gt=0)
+    backoff_max_seconds: float = Field(3600, gt=0)
+    openai_base_url: str = "http://127.0.0.1:11434/v1"
+    openai_model: str = "gpt-4o-mini"
+    openai_api_key: str = ""
+    openai_timeout_seconds: float = Field(120, gt=0)
+    command: list[str] = []
+    command_timeout_seconds: float = Field(300, gt=0)
+
+
+class WorkerSettings(_Section):
+    shard_count: int = Field(8, ge=1, le=1024)
+    ingest_batch_size: int = Field(256, ge=1, le=4096)
+    task_time_limit_seconds: int = Field(600, ge=10)
+
+
+class ApiSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8150, ge=1, le=65535)
+    max_batch: int = Field(500, ge=1, le=10_000)
+    max_content_chars: int = Field(20_000, ge=100)
+
+
+class Settings(BaseSettings):
+    """Everything configurable. Build with :func:`load_settings`, never by reading ``os.environ`` elsewhere."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    database_url: str | None = Field(None, validation_alias=AliasChoices("DATABASE_URL", "database_url"))
+    redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "redis_url"))
+    data_dir: Path = Path.home() / ".memory-butler"
+    tenant_id: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    flower_port: int = Field(5555, ge=1, le=65535)
+    flower_basic_auth: str = "admin:memory-butler"
+
+    memory: MemorySettings = MemorySettings()
+    schedule: ScheduleSettings = ScheduleSettings()
+    consolidation: ConsolidationSettings = ConsolidationSettings()
+    workers: WorkerSettings = WorkerSettings()
+    api: ApiSettings = ApiSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _ButlerTomlSource(settings_cls))
+
+
+class _ButlerTomlSource(PydanticBaseSettingsSource):
+    """Reads the ``[butler]`` table of butler.toml (the seed's layout) as settings."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = toml_path()
+        if path is None:
+            return {}
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        butler = dict(data.get("butler", {}))
+        # The seed's [butler] table also carries name/port/description/db; only some map to settings.
+        for key in ("name", "description", "db"):
+            butler.pop(key, None)
+        if "port" in butler:
+            butler.setdefault("api", {})["port"] = butler.pop("port")
+        return butler
+
+
+def toml_path() -> Path | None:
+    """The butler.toml in force: ``$MEMORY_BUTLER_CONFIG`` (must exist) or ``./butler.toml`` if present."""
+    explicit = os.environ.get(CONFIG_ENV)
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"{CONFIG_ENV}={explicit}: no such file")
+        return path
+    local = Path("butler.toml")
+    return local if local.is_file() else None
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build Settings or raise ConfigError naming every bad key."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(settings)'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid configuration: {problems}") from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, loaded once."""
+    return load_settings()
