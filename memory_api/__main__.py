@@ -1,0 +1,5 @@
+import sys
+
+from memory_api.cli.main import main
+
+sys.exit(main())
