@@ -125,7 +125,7 @@ def next_maturity(
     now: datetime,
     rules: RuleSettings,
 ) -> str:
-    """The maturity the evidence supports, at most one step from ``maturity``; always a legal transition or the same state.
+    """The maturity the evidence supports: the same state or one legal transition from ``maturity``.
 
     Order of judgement: anti-pattern first (repeated harm with low effectiveness), then demotion
     (effectiveness fell below the current level's minimum), then promotion by one level. The caller

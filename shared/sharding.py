@@ -34,8 +34,14 @@ class ShardKey:
     def __post_init__(self) -> None:
         # A separator inside a part would let two different keys encode to the same bytes.
         for field_name in ("tenant_id", "butler"):
-            if SEPARATOR in getattr(self, field_name):
+            value: str = getattr(self, field_name)
+            if SEPARATOR in value:
                 raise InvalidInput(f"{field_name} must not contain \\x1f", field=field_name)
+            # Lone surrogates have no UTF-8 form, so the key could not be hashed (or stored) at all.
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                raise InvalidInput(f"{field_name} is not valid UTF-8 text", field=field_name) from None
 
     def encode(self) -> bytes:
         """The stable byte form every hash here is taken over."""
