@@ -1,0 +1,114 @@
+"""Read-side candidate queries: semantic (HNSW cosine) and keyword (full text, any term, rarer terms weigh more).
+
+Both are bounded by tenant, by the caller's scopes (facts/rules) or butlers (episodes), and by lifecycle state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
+
+# Columns every hit needs for scoring; type-specific ones are NULL for the others.
+COLUMNS = {
+    "episode": ("x.id, x.content, x.created_at, x.importance, x.last_referenced_at, NULL::text AS scope, x.butler, "
+                "NULL::text AS subject, NULL::text AS predicate, NULL::text AS permanence, NULL::text AS validity, "
+                "NULL::text AS maturity, NULL::float8 AS confidence, NULL::float8 AS decay_rate, "
+                "NULL::timestamptz AS last_confirmed_at, NULL::float8 AS effectiveness_score"),
+    "fact": ("x.id, x.content, x.created_at, x.importance, x.last_referenced_at, x.scope, NULL::text AS butler, "
+             "x.subject, x.predicate, x.permanence, x.validity, NULL::text AS maturity, x.confidence, x.decay_rate, "
+             "x.last_confirmed_at, NULL::float8 AS effectiveness_score"),
+    "rule": ("x.id, x.content, x.created_at, x.importance, x.last_referenced_at, x.scope, NULL::text AS butler, "
+             "NULL::text AS subject, NULL::text AS predicate, x.permanence, x.validity, x.maturity, x.confidence, "
+             "x.decay_rate, x.last_confirmed_at, x.effectiveness_score"),
+}
+
+EFFECTIVE_CONFIDENCE_SQL = "x.confidence * exp(-x.decay_rate * greatest(0, extract(epoch FROM (:now - x.last_confirmed_at)) / 86400.0))"
+
+# An OR over the query's own lexemes: websearch_to_tsquery would require every term.
+KEYWORD_CTE = """
+lex AS (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', :query)) AS t),
+q AS (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS tsq FROM lex)
+"""
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which rows a read may see."""
+
+    tenant_id: str
+    scopes: tuple[str, ...] | None      # facts/rules; None = every scope (admin)
+    butlers: tuple[str, ...] | None     # episodes; None = every butler (admin)
+    min_confidence: float | None        # facts/rules: effective confidence floor; None = no floor
+    now: datetime
+
+
+def _where(kind: str, f: Filter, params: dict[str, Any]) -> str:
+    clauses = ["x.tenant_id = :tenant_id"]
+    params.update(tenant_id=f.tenant_id, now=f.now)
+    if kind == "episode":
+        clauses += ["x.forgotten_at IS NULL", "x.expires_at > :now"]
+        if f.butlers is not None:
+            clauses.append("x.butler = ANY(:butlers)")
+            params["butlers"] = list(f.butlers)
+        return " AND ".join(clauses)
+    clauses.append("x.validity IN ('active', 'fading')")
+    if f.scopes is not None:
+        clauses.append("x.scope = ANY(:scopes)")
+        params["scopes"] = list(f.scopes)
+    if f.min_confidence is not None and f.min_confidence > 0:
+        clauses.append(f"{EFFECTIVE_CONFIDENCE_SQL} >= :min_confidence")
+        params["min_confidence"] = f.min_confidence
+    return " AND ".join(clauses)
+
+
+def semantic(conn: Connection, *, kind: str, f: Filter, query_vec: str, pool: int) -> list[dict[str, Any]]:
+    """Nearest rows by cosine distance; ``relevance`` is the cosine similarity clamped to [0, 1]."""
+    params: dict[str, Any] = {"vec": query_vec, "pool": pool}
+    where = _where(kind, f, params)
+    # A tenant-filtered HNSW scan finds too few rows unless it may keep scanning (iterative scan).
+    conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(pool, 1000))}"))
+    conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+    sql = (f"SELECT {COLUMNS[kind]}, greatest(0, 1 - (x.embedding <=> CAST(:vec AS vector))) AS relevance "
+           f"FROM {TABLES[kind]} x WHERE {where} ORDER BY x.embedding <=> CAST(:vec AS vector) LIMIT :pool")
+    rows = [dict(r) for r in conn.execute(text(sql), params).mappings()]
+    rows.sort(key=lambda r: -r["relevance"])  # relaxed_order may return slightly out of order
+    return rows
+
+
+def keyword(conn: Connection, *, kind: str, f: Filter, query: str, pool: int, cap: int = 5000) -> list[dict[str, Any]]:
+    """Rows containing any query term, scored by the summed rarity (idf) of the terms they contain.
+
+    ``relevance`` is that score divided by the best possible score for the query (all terms), so in [0, 1].
+    """
+    params: dict[str, Any] = {"query": query, "pool": pool, "cap": cap}
+    where = _where(kind, f, params)
+    sql = f"""
+    WITH {KEYWORD_CTE},
+    cand AS (SELECT x.id, x.search_vector FROM {TABLES[kind]} x, q
+             WHERE q.tsq IS NOT NULL AND x.search_vector @@ q.tsq AND {where} LIMIT :cap),
+    total AS (SELECT count(*)::float8 AS n FROM cand),
+    idf AS (SELECT l.lexeme, ln(1 + total.n / count(c.id)) AS w
+            FROM lex l CROSS JOIN total JOIN cand c ON c.search_vector @@ to_tsquery('simple', quote_literal(l.lexeme))
+            GROUP BY l.lexeme, total.n),
+    best AS (SELECT sum(w) AS s FROM idf),
+    scored AS (SELECT c.id, sum(idf.w) / nullif(best.s, 0) AS relevance
+               FROM cand c JOIN idf ON c.search_vector @@ to_tsquery('simple', quote_literal(idf.lexeme))
+               CROSS JOIN best GROUP BY c.id, best.s)
+    SELECT {COLUMNS[kind]}, s.relevance FROM scored s JOIN {TABLES[kind]} x ON x.id = s.id
+    ORDER BY s.relevance DESC, x.created_at DESC, x.id ASC LIMIT :pool
+    """
+    return [dict(r) for r in conn.execute(text(sql), params).mappings()]
+
+
+def recent_episodes(conn: Connection, *, f: Filter, limit: int) -> list[dict[str, Any]]:
+    """The newest episodes the caller may see (for the context block's "Recent" section)."""
+    params: dict[str, Any] = {"limit": limit}
+    where = _where("episode", f, params)
+    sql = (f"SELECT {COLUMNS['episode']}, 0.0::float8 AS relevance FROM episodes x WHERE {where} "
+           "ORDER BY x.created_at DESC, x.id ASC LIMIT :limit")
+    return [dict(r) for r in conn.execute(text(sql), params).mappings()]

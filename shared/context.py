@@ -1,0 +1,122 @@
+"""memory_context assembly: the seed's sectioned block under a hard token budget. Pure: tokens and time passed in.
+
+Sections (in order): facts, rules, anti-pattern warnings, recent episodes. Each section gets its quota share of
+the budget (configurable); what a section leaves unused flows to the next. Within a section lines are added in
+rank order and the first line that does not fit ends the section, so the lowest-ranked are always dropped first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.config import SectionQuotas
+from shared.schemas import Hit
+
+HEADER = "## Your Memory"
+TITLES = {
+    "facts": "### What You Know (Facts)",
+    "rules": "### How To Behave (Rules)",
+    "warnings": "### Avoid (Anti-patterns)",
+    "episodes": "### Recent Context (Episodes)",
+}
+MAX_LINE_TOKENS = 160  # one memory never crowds out the rest of its section
+
+CountTokens = Callable[[str], int]
+
+
+def age(then: datetime, now: datetime) -> str:
+    """Compact age: 45s, 12m, 3h, 2d, 5w, 14mo, 2y."""
+    seconds = max(0, int((now - then).total_seconds()))
+    for unit, size in (("y", 31_536_000), ("mo", 2_592_000), ("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def line_for(hit: Hit, now: datetime) -> str:
+    """One bullet with its lightweight annotation."""
+    content = " ".join(hit.content.split())
+    if hit.type == "fact":
+        return f"- {content} [{hit.permanence}, confirmed {age(hit.last_confirmed_at or hit.created_at, now)} ago]"
+    if hit.type == "rule":
+        return f"- {content} [{hit.maturity}, {hit.scope}]"
+    return f"- [{age(hit.created_at, now)} ago] {content}"
+
+
+def _clip(line: str, count: CountTokens, limit: int) -> str:
+    """Shorten a line word by word until it has at most ``limit`` tokens."""
+    if count(line) <= limit:
+        return line
+    words = line.split(" ")
+    lo, hi = 1, len(words)
+    while lo < hi:  # the longest word prefix that fits with the ellipsis
+        mid = (lo + hi + 1) // 2
+        if count(" ".join(words[:mid]) + " …") <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]) + " …"
+
+
+@dataclass(frozen=True)
+class ContextBlock:
+    text: str
+    tokens: int
+    included: dict[str, list[str]]   # section -> ids, in order
+    dropped: int
+
+
+def build(
+    *, facts: Sequence[Hit], rules: Sequence[Hit], episodes: Sequence[Hit], budget: int, quotas: SectionQuotas,
+    count: CountTokens, now: datetime,
+) -> ContextBlock:
+    """Assemble the block; ``count(text)`` never exceeds ``budget`` for the returned text."""
+    sections = {
+        "facts": list(facts),
+        "rules": [r for r in rules if r.maturity != "anti_pattern"],
+        "warnings": [r for r in rules if r.maturity == "anti_pattern"],
+        "episodes": list(episodes),
+    }
+    share = {"facts": quotas.facts, "rules": quotas.rules * 0.75, "warnings": quotas.rules * 0.25,
+             "episodes": quotas.episodes}
+    total_share = sum(share.values()) or 1.0
+    lines = [HEADER]
+    used = count(HEADER) + 1
+    carry = 0
+    included: dict[str, list[str]] = {}
+    dropped = 0
+    for name, hits in sections.items():
+        allowance = min(budget - used, int(budget * share[name] / total_share) + carry)
+        spent, chosen = _fill(hits, title=TITLES[name], allowance=allowance, count=count, now=now)
+        dropped += len(hits) - len(chosen)
+        if chosen:
+            lines.append("")
+            lines.append(TITLES[name])
+            lines.extend(line for _, line in chosen)
+            included[name] = [str(h.id) for h, _ in chosen]
+        used += spent
+        carry = max(0, allowance - spent)
+    text = "\n".join(lines) if included else ""
+    return ContextBlock(text=text, tokens=count(text) if text else 0, included=included, dropped=dropped)
+
+
+def _fill(
+    hits: Sequence[Hit], *, title: str, allowance: int, count: CountTokens, now: datetime
+) -> tuple[int, list[tuple[Hit, str]]]:
+    """Lines in rank order while they fit (title and separating newlines included)."""
+    if not hits:
+        return 0, []
+    spent = count(title) + 2  # a blank line and the title line
+    if spent >= allowance:
+        return 0, []
+    chosen: list[tuple[Hit, str]] = []
+    for hit in hits:
+        line = _clip(line_for(hit, now), count, MAX_LINE_TOKENS)
+        cost = count(line) + 1
+        if spent + cost > allowance:
+            break
+        chosen.append((hit, line))
+        spent += cost
+    return (spent, chosen) if chosen else (0, [])

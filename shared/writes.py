@@ -1,0 +1,267 @@
+"""The write services: store, supersede, confirm, feedback, forget/restore. Each runs inside the caller's one
+transaction and appends its memory_events rows in that same transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, RowMapping
+
+from shared import repository as repo
+from shared.config import RuleSettings
+from shared.errors import IntegrityViolation, InvalidInput, NotFound, Pending, PermissionDenied
+from shared.lifecycle import anti_pattern_content, check_transition, next_maturity
+from shared.schemas import EpisodeWrite, FactWrite, RuleWrite
+from shared.scoring import decay_rate_for, effectiveness
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who performs a mutation, and the request lineage to keep in memory_events."""
+
+    name: str
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """What a caller may see: scopes for facts/rules and butlers for episodes (None means all, for admins)."""
+
+    scopes: tuple[str, ...] | None
+    butlers: tuple[str, ...] | None
+
+    def allows(self, kind: str, row: RowMapping) -> bool:
+        if kind == "episode":
+            return self.butlers is None or row["butler"] in self.butlers
+        return self.scopes is None or row["scope"] in self.scopes
+
+
+ALL = Visibility(scopes=None, butlers=None)
+
+
+@dataclass(frozen=True)
+class NewEpisode:
+    id: uuid.UUID
+    seq: int
+    write: EpisodeWrite
+    request_id: str | None
+    accepted_at: datetime
+
+
+def insert_episodes(
+    conn: Connection, *, tenant_id: str, episodes: Sequence[NewEpisode], vectors: np.ndarray,
+    embedding_version_id: int, ttl_days: float, actor: Actor,
+) -> int:
+    """Insert a batch of episodes (already-present ids are skipped: replays change nothing). Returns rows written."""
+    present = {e.id for e in episodes if repo.exists(conn, kind="episode", entity_id=e.id)}
+    rows, events = [], []
+    for episode, vector in zip(episodes, vectors, strict=True):
+        if episode.id in present:
+            continue
+        w = episode.write
+        rows.append({
+            "id": episode.id, "tenant_id": tenant_id, "butler": w.butler, "seq": episode.seq,
+            "session_id": w.session_id, "content": w.content, "embedding": vector,
+            "embedding_version_id": embedding_version_id, "importance": w.importance,
+            "created_at": episode.accepted_at, "last_referenced_at": episode.accepted_at,
+            "expires_at": episode.accepted_at + timedelta(days=ttl_days), "request_id": episode.request_id,
+            "metadata": w.metadata,
+        })
+        events.append({"tenant_id": tenant_id, "event_type": "episode.stored", "entity_type": "episode",
+                       "entity_id": episode.id, "actor": actor.name, "request_id": episode.request_id,
+                       "payload": {"butler": w.butler, "seq": episode.seq}})
+    repo.insert_rows(conn, kind="episode", rows=rows)
+    repo.record_events(conn, events)
+    return len(rows)
+
+
+def store_fact(
+    conn: Connection, *, tenant_id: str, fact_id: uuid.UUID, write: FactWrite, vector: np.ndarray,
+    embedding_version_id: int | None, source_butler: str | None, actor: Actor, now: datetime,
+) -> dict[str, Any]:
+    """Store a fact; the active (or fading) fact with the same (tenant, scope, subject, predicate) is superseded.
+
+    Writers of one key are serialised by an advisory lock, and the partial unique index is the last word.
+    Storing an id that exists already changes nothing (replays are no-ops).
+    """
+    if repo.exists(conn, kind="fact", entity_id=fact_id):
+        return {"id": str(fact_id), "replayed": True}
+    repo.lock_fact_key(conn, tenant_id=tenant_id, scope=write.scope, subject=write.subject, predicate=write.predicate)
+    previous = repo.current_facts_for_key(
+        conn, tenant_id=tenant_id, scope=write.scope, subject=write.subject, predicate=write.predicate
+    )
+    for old in previous:
+        check_transition("fact", old["validity"], "superseded")
+        repo.update_row(conn, kind="fact", entity_id=old["id"], values={
+            "validity": "superseded", "superseded_by_id": fact_id, "superseded_at": now,
+        })
+    supersedes = previous[0]["id"] if previous else None
+    repo.insert_rows(conn, kind="fact", rows=[{
+        "id": fact_id, "tenant_id": tenant_id, "subject": write.subject, "predicate": write.predicate,
+        "content": write.content, "embedding": vector, "embedding_version_id": embedding_version_id,
+        "importance": write.importance, "confidence": write.confidence,
+        "decay_rate": decay_rate_for(write.permanence), "permanence": write.permanence,
+        "source_butler": source_butler, "source_episode_id": write.source_episode_id, "supersedes_id": supersedes,
+        "validity": "active", "scope": write.scope, "created_at": now, "last_referenced_at": now,
+        "last_confirmed_at": now, "request_id": actor.request_id, "tags": write.tags, "metadata": write.metadata,
+    }])
+    repo.add_links(conn, [
+        {"tenant_id": tenant_id, "source_type": "fact", "source_id": fact_id, "target_type": "fact",
+         "target_id": old["id"], "relation": "supersedes", "created_at": now} for old in previous
+    ])
+    events = [_event(tenant_id, "fact.stored", "fact", fact_id, actor,
+                     {"subject": write.subject, "predicate": write.predicate, "scope": write.scope,
+                      "supersedes": str(supersedes) if supersedes else None})]
+    events += [_event(tenant_id, "fact.superseded", "fact", old["id"], actor, {"superseded_by": str(fact_id)})
+               for old in previous]
+    repo.record_events(conn, events)
+    return {"id": str(fact_id), "superseded": [str(o["id"]) for o in previous]}
+
+
+def store_rule(
+    conn: Connection, *, tenant_id: str, rule_id: uuid.UUID, write: RuleWrite, vector: np.ndarray,
+    embedding_version_id: int | None, source_butler: str | None, actor: Actor, now: datetime,
+    rules: RuleSettings,
+) -> dict[str, Any]:
+    """Store a rule as a candidate with the baseline confidence. A replayed id changes nothing."""
+    if repo.exists(conn, kind="rule", entity_id=rule_id):
+        return {"id": str(rule_id), "replayed": True}
+    repo.insert_rows(conn, kind="rule", rows=[{
+        "id": rule_id, "tenant_id": tenant_id, "content": write.content, "embedding": vector,
+        "embedding_version_id": embedding_version_id, "scope": write.scope, "maturity": "candidate",
+        "validity": "active", "importance": write.importance, "confidence": rules.baseline_confidence,
+        "decay_rate": decay_rate_for(write.permanence), "permanence": write.permanence,
+        "effectiveness_score": 0.0, "source_butler": source_butler, "source_episode_id": write.source_episode_id,
+        "created_at": now, "last_confirmed_at": now, "last_referenced_at": now, "request_id": actor.request_id,
+        "tags": write.tags, "metadata": write.metadata,
+    }])
+    repo.record_events(conn, [_event(tenant_id, "rule.stored", "rule", rule_id, actor, {"scope": write.scope})])
+    return {"id": str(rule_id)}
+
+
+def load_visible(
+    conn: Connection, *, kind: str, tenant_id: str, entity_id: uuid.UUID, visibility: Visibility, lock: bool = False
+) -> RowMapping:
+    """The row, or NotFound / Pending (accepted, not applied yet) / PermissionDenied (outside the caller's scope)."""
+    row = repo.get_row(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, lock=lock)
+    if row is None:
+        intent = repo.pending_intent(conn, tenant_id=tenant_id, entity_id=entity_id)
+        if intent is not None and intent["kind"] == kind:
+            raise Pending(f"{kind} {entity_id} was accepted and is not applied yet", field="id")
+        raise NotFound(f"no {kind} with id {entity_id}", field="id")
+    if not visibility.allows(kind, row):
+        raise PermissionDenied(f"{kind} {entity_id} is outside the caller's scope", field="id")
+    return row
+
+
+def confirm(
+    conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid.UUID, visibility: Visibility, actor: Actor,
+    now: datetime,
+) -> dict[str, Any]:
+    """Reset the decay anchor of a fact or rule; a fading (or expired) one becomes active again."""
+    if kind not in ("fact", "rule"):
+        raise InvalidInput("type: only a fact or a rule can be confirmed", field="type")
+    row = load_visible(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, visibility=visibility, lock=True)
+    values: dict[str, Any] = {"last_confirmed_at": now}
+    if row["validity"] != "active":
+        # Rule validity uses the fact validity machine (it has every rule state but "superseded").
+        check_transition("fact", row["validity"], "active")
+        values["validity"] = "active"
+        if kind == "fact":
+            _refuse_second_active(conn, tenant_id=tenant_id, row=row)
+    repo.update_row(conn, kind=kind, entity_id=entity_id, values=values)
+    repo.record_event(conn, tenant_id=tenant_id, event_type=f"{kind}.confirmed", entity_type=kind,
+                      entity_id=entity_id, actor=actor.name, request_id=actor.request_id,
+                      payload={"from_validity": row["validity"]})
+    return {"id": str(entity_id), "validity": values.get("validity", row["validity"]), "last_confirmed_at": now}
+
+
+def mark_rule(
+    conn: Connection, *, tenant_id: str, rule_id: uuid.UUID, outcome: str, reason: str | None,
+    visibility: Visibility, actor: Actor, now: datetime, rules: RuleSettings,
+) -> dict[str, Any]:
+    """Record one application outcome; update counters, effectiveness and maturity (inverting when due)."""
+    row = load_visible(conn, kind="rule", tenant_id=tenant_id, entity_id=rule_id, visibility=visibility, lock=True)
+    success = row["success_count"] + (outcome == "helpful")
+    harmful = row["harmful_count"] + (outcome == "harmful")
+    repo.add_rule_application(conn, tenant_id=tenant_id, rule_id=rule_id, outcome=outcome, reason=reason,
+                              actor=actor.name, request_id=actor.request_id, now=now)
+    maturity = next_maturity(maturity=row["maturity"], success_count=success, harmful_count=harmful,
+                             created_at=row["created_at"], now=now, rules=rules)
+    values: dict[str, Any] = {
+        "success_count": success, "harmful_count": harmful, "applied_count": row["applied_count"] + 1,
+        "effectiveness_score": effectiveness(success_count=success, harmful_count=harmful),
+        "last_applied_at": now, "last_evaluated_at": now, "maturity": maturity,
+    }
+    events = [_event(tenant_id, f"rule.marked_{outcome}", "rule", rule_id, actor, {"reason": reason})]
+    if maturity != row["maturity"]:
+        check_transition("rule", row["maturity"], maturity)
+        events.append(_event(tenant_id, "rule.maturity_changed", "rule", rule_id, actor,
+                             {"from": row["maturity"], "to": maturity}))
+    if maturity == "anti_pattern" and row["maturity"] != "anti_pattern":
+        values["content"] = anti_pattern_content(row["content"], repo.harmful_reasons(conn, rule_id=rule_id))
+        values["metadata"] = {**row["metadata"], "original_content": row["content"]}
+        events.append(_event(tenant_id, "rule.inverted", "rule", rule_id, actor, {"content": values["content"]}))
+    repo.update_row(conn, kind="rule", entity_id=rule_id, values=values)
+    repo.record_events(conn, events)
+    return {"id": str(rule_id), "maturity": maturity, "effectiveness_score": values["effectiveness_score"],
+            "success_count": success, "harmful_count": harmful}
+
+
+def forget(
+    conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid.UUID, visibility: Visibility, actor: Actor,
+    now: datetime,
+) -> dict[str, Any]:
+    """Facts become retracted; rules become retracted tombstones; episodes get forgotten_at. All reversible."""
+    row = load_visible(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, visibility=visibility, lock=True)
+    if kind == "episode":
+        values: dict[str, Any] = {"forgotten_at": now}
+    else:
+        check_transition("fact", row["validity"], "retracted")
+        values = {"validity": "retracted"}
+    repo.update_row(conn, kind=kind, entity_id=entity_id, values=values)
+    repo.record_event(conn, tenant_id=tenant_id, event_type=f"{kind}.forgotten", entity_type=kind,
+                      entity_id=entity_id, actor=actor.name, request_id=actor.request_id,
+                      payload={"from_validity": row.get("validity")})
+    return {"id": str(entity_id), "forgotten": True}
+
+
+def restore(
+    conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid.UUID, visibility: Visibility, actor: Actor,
+) -> dict[str, Any]:
+    """Undo a forget. A fact comes back only if no other fact is active for its key (fail closed)."""
+    row = load_visible(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, visibility=visibility, lock=True)
+    if kind == "episode":
+        values: dict[str, Any] = {"forgotten_at": None}
+    else:
+        check_transition("fact", row["validity"], "active")
+        if kind == "fact":
+            _refuse_second_active(conn, tenant_id=tenant_id, row=row)
+        values = {"validity": "active"}
+    repo.update_row(conn, kind=kind, entity_id=entity_id, values=values)
+    repo.record_event(conn, tenant_id=tenant_id, event_type=f"{kind}.restored", entity_type=kind,
+                      entity_id=entity_id, actor=actor.name, request_id=actor.request_id)
+    return {"id": str(entity_id), "restored": True}
+
+
+def _refuse_second_active(conn: Connection, *, tenant_id: str, row: RowMapping) -> None:
+    """Reviving a fact must not make two facts active for one key: fail closed, classified."""
+    repo.lock_fact_key(conn, tenant_id=tenant_id, scope=row["scope"], subject=row["subject"], predicate=row["predicate"])
+    others = [r for r in repo.current_facts_for_key(conn, tenant_id=tenant_id, scope=row["scope"],
+                                                    subject=row["subject"], predicate=row["predicate"])
+              if r["id"] != row["id"] and r["validity"] == "active"]
+    if others:
+        raise IntegrityViolation(
+            f"fact {row['id']} cannot become active: fact {others[0]['id']} is active for the same subject and predicate",
+            field="id")
+
+
+def _event(tenant_id: str, event_type: str, entity_type: str, entity_id: uuid.UUID, actor: Actor,
+           payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"tenant_id": tenant_id, "event_type": event_type, "entity_type": entity_type, "entity_id": entity_id,
+            "actor": actor.name, "request_id": actor.request_id, "payload": payload or {}}
