@@ -16,7 +16,7 @@ from shared import candidates
 from shared.candidates import Filter
 from shared.config import RetrievalSettings
 from shared.schemas import Hit
-from shared.scoring import composite_score, effective_confidence, normalise_rrf, recency, rrf_fuse, rule_weight
+from shared.scoring import composite_score, effective_confidence, normalise_rrf, recency, rrf, rule_weight
 
 
 def _candidates(
@@ -31,8 +31,23 @@ def _candidates(
     if mode == "keyword":
         return key
     rows = {r["id"]: r for r in key} | {r["id"]: r for r in sem}
-    fused = rrf_fuse([[r["id"] for r in sem], [r["id"] for r in key]], k=settings.rrf_k)
-    return [{**rows[i], "relevance": normalise_rrf(score, 2, settings.rrf_k)} for i, score in fused.items()]
+    sem_rank, key_rank = _tied_ranks(sem), _tied_ranks(key)
+    return [
+        {**row, "relevance": normalise_rrf(rrf([sem_rank.get(i), key_rank.get(i)], k=settings.rrf_k), 2, settings.rrf_k)}
+        for i, row in rows.items()
+    ]
+
+
+def _tied_ranks(rows: Sequence[dict[str, Any]]) -> dict[Any, int]:
+    """1-based competition ranks: rows with equal relevance share a rank, so a list that cannot tell its
+    rows apart (e.g. every row matches only a very common term) does not inject an arbitrary order."""
+    ranks: dict[Any, int] = {}
+    previous, rank = None, 0
+    for position, row in enumerate(sorted(rows, key=lambda r: -r["relevance"]), start=1):
+        if row["relevance"] != previous:
+            rank, previous = position, row["relevance"]
+        ranks[row["id"]] = rank
+    return ranks
 
 
 def _to_hit(kind: str, row: dict[str, Any], *, f: Filter, settings: RetrievalSettings) -> Hit:

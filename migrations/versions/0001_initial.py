@@ -128,7 +128,7 @@ CREATE TABLE facts (
     source_butler TEXT,
     source_episode_id UUID REFERENCES episodes(id) ON DELETE SET NULL,
     supersedes_id UUID REFERENCES facts(id) ON DELETE SET NULL,
-    superseded_by_id UUID REFERENCES facts(id) ON DELETE SET NULL,
+    superseded_by_id UUID REFERENCES facts(id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED,
     superseded_at TIMESTAMPTZ,
     validity TEXT NOT NULL DEFAULT 'active'
         CHECK (validity IN ('active', 'fading', 'superseded', 'expired', 'retracted')),

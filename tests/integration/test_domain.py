@@ -1,0 +1,272 @@
+"""The memory domain on the real database and the real model: supersession, decay, feedback, retrieval, context."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import text
+
+from shared import writes
+from shared.config import load_settings
+from shared.db import unit_of_work
+from shared.embedding import get_embedder, get_token_counter
+from shared.reads import Reader
+from shared.schemas import FactWrite, RuleWrite
+from shared.writes import ALL, Actor, Visibility
+
+SETTINGS = load_settings()
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+ACTOR = Actor("test", request_id="req-1")
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return get_embedder()
+
+
+@pytest.fixture(scope="module")
+def reader(engine, embedder):
+    return Reader(engine=engine, settings=SETTINGS, embed=embedder.embed_one, count_tokens=get_token_counter().count)
+
+
+def new_tenant(engine) -> str:
+    tenant_id = f"t-{uuid.uuid4().hex[:12]}"
+    with unit_of_work(engine) as conn:
+        conn.execute(text("INSERT INTO tenants (id) VALUES (:t)"), {"t": tenant_id})
+    return tenant_id
+
+
+def fact(engine, embedder, tenant_id, subject, predicate, content, *, now=NOW, permanence="standard", scope="global",
+         importance=5.0):
+    write = FactWrite(subject=subject, predicate=predicate, content=content, permanence=permanence, scope=scope,
+                      importance=importance)
+    fid = uuid.uuid4()
+    with unit_of_work(engine) as conn:
+        writes.store_fact(conn, tenant_id=tenant_id, fact_id=fid, write=write,
+                          vector=embedder.embed_one(f"{subject} {predicate}: {content}"), embedding_version_id=None,
+                          source_butler="general", actor=ACTOR, now=now)
+    return fid
+
+
+def rule(engine, embedder, tenant_id, content, *, now=NOW, scope="global"):
+    rid = uuid.uuid4()
+    with unit_of_work(engine) as conn:
+        writes.store_rule(conn, tenant_id=tenant_id, rule_id=rid, write=RuleWrite(content=content, scope=scope),
+                          vector=embedder.embed_one(content), embedding_version_id=None, source_butler="general",
+                          actor=ACTOR, now=now, rules=SETTINGS.memory.rules)
+    return rid
+
+
+def test_supersession_keeps_one_active_fact_and_a_chain(engine, embedder):
+    t = new_tenant(engine)
+    first = fact(engine, embedder, t, "user", "home_city", "Lives in Berlin")
+    second = fact(engine, embedder, t, "user", "home_city", "Lives in Lisbon")
+    with engine.connect() as conn:
+        rows = {r.id: r for r in conn.execute(text(
+            "SELECT id, validity, supersedes_id, superseded_by_id FROM facts WHERE tenant_id = :t"), {"t": t})}
+        link = conn.execute(text("SELECT relation FROM memory_links WHERE source_id = :s AND target_id = :o"),
+                            {"s": second, "o": first}).scalar()
+        events = conn.execute(text("SELECT event_type, request_id FROM memory_events WHERE tenant_id = :t "
+                                   "ORDER BY id"), {"t": t}).all()
+    assert rows[first].validity == "superseded" and rows[first].superseded_by_id == second
+    assert rows[second].validity == "active" and rows[second].supersedes_id == first
+    assert link == "supersedes"
+    assert ("fact.superseded", "req-1") in [tuple(e) for e in events]
+
+
+def test_concurrent_supersession_leaves_one_active_fact(engine, embedder):
+    t = new_tenant(engine)
+    vec = embedder.embed_one("user favourite colour")
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def store(i: int) -> None:
+        try:
+            barrier.wait()
+            with unit_of_work(engine) as conn:
+                writes.store_fact(conn, tenant_id=t, fact_id=uuid.uuid4(), vector=vec, embedding_version_id=None,
+                                  write=FactWrite(subject="user", predicate="favourite_colour", content=f"colour {i}"),
+                                  source_butler="general", actor=ACTOR, now=NOW)
+        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=store, args=(i,)) for i in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert errors == []
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT id, validity, supersedes_id FROM facts WHERE tenant_id = :t"), {"t": t}).all()
+    active = [r for r in rows if r.validity == "active"]
+    assert len(rows) == 8 and len(active) == 1
+    # the chain is consistent: every fact but the first supersedes exactly one other, and no fact is superseded twice
+    supersedes = [r.supersedes_id for r in rows if r.supersedes_id]
+    assert len(supersedes) == 7 and len(set(supersedes)) == 7
+
+
+def test_hybrid_finds_a_keyword_only_and_a_paraphrase_only_match(engine, embedder, reader):
+    t = new_tenant(engine)
+    keyword_only = fact(engine, embedder, t, "user", "vehicle", "Owns a Zx81-Qtron hoverboard, serial KX-4411")
+    paraphrase = fact(engine, embedder, t, "user", "dietary_restriction", "Cannot digest milk products")
+    for i in range(30):
+        fact(engine, embedder, t, "user", f"note_{i}", f"Went hiking in the mountains on trip number {i}")
+    view = Visibility(scopes=("global",), butlers=("general",))
+    by_keyword = reader.search(tenant_id=t, visibility=view, query="KX-4411", types=["fact"], mode="keyword",
+                               limit=5, min_confidence=None, now=NOW)
+    by_meaning = reader.search(tenant_id=t, visibility=view, query="is the user lactose intolerant?", types=["fact"],
+                               mode="semantic", limit=5, min_confidence=None, now=NOW)
+    assert by_keyword[0].id == keyword_only
+    assert by_meaning[0].id == paraphrase
+    for query, expected in (("KX-4411", keyword_only), ("is the user lactose intolerant?", paraphrase)):
+        hybrid = reader.search(tenant_id=t, visibility=view, query=query, types=["fact"], mode="hybrid", limit=3,
+                               min_confidence=None, now=NOW)
+        assert expected in [h.id for h in hybrid]
+
+
+def test_keyword_mode_matches_any_term_and_ranks_more_rare_terms_higher(engine, embedder, reader):
+    t = new_tenant(engine)
+    both = fact(engine, embedder, t, "user", "pet", "Has a parrot named Kiwi")
+    one = fact(engine, embedder, t, "user", "fruit", "Likes kiwi smoothies")
+    view = Visibility(scopes=("global",), butlers=("general",))
+    hits = reader.search(tenant_id=t, visibility=view, query="what is the name of the user's parrot kiwi",
+                         types=["fact"], mode="keyword", limit=5, min_confidence=None, now=NOW)
+    assert [h.id for h in hits][:2] == [both, one]
+
+
+def test_decay_moves_a_fact_out_of_recall_without_touching_the_row_and_confirm_brings_it_back(engine, embedder, reader):
+    t = new_tenant(engine)
+    old = NOW - timedelta(days=60)
+    fid = fact(engine, embedder, t, "user", "recent_meal", "Had ramen for dinner", permanence="ephemeral", now=old)
+    view = Visibility(scopes=("global",), butlers=("general",))
+    recalled = reader.recall(tenant_id=t, visibility=view, topic="what did the user eat", limit=5, now=NOW)
+    assert fid not in [h.id for h in recalled]  # 1.0 * exp(-0.1 * 60) = 0.0025 < 0.2
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT confidence, validity FROM facts WHERE id = :i"), {"i": fid}).one()
+    assert (row.confidence, row.validity) == (1.0, "active")  # stored confidence untouched
+    with_floor_zero = reader.recall(tenant_id=t, visibility=view, topic="what did the user eat", limit=5,
+                                    min_confidence=0.0, now=NOW)
+    assert fid in [h.id for h in with_floor_zero]
+    with unit_of_work(engine) as conn:
+        writes.confirm(conn, tenant_id=t, kind="fact", entity_id=fid, visibility=ALL, actor=ACTOR, now=NOW)
+    recalled = reader.recall(tenant_id=t, visibility=view, topic="what did the user eat", limit=5, now=NOW)
+    assert recalled[0].id == fid and recalled[0].effective_confidence == pytest.approx(1.0)
+
+
+def mark(engine, t, rid, outcome, n, reason=None):
+    for _ in range(n):
+        with unit_of_work(engine) as conn:
+            result = writes.mark_rule(conn, tenant_id=t, rule_id=rid, outcome=outcome, reason=reason,
+                                      visibility=ALL, actor=ACTOR, now=NOW, rules=SETTINGS.memory.rules)
+    return result
+
+
+def test_ten_successes_two_harmful_scores_056_and_stays_candidate(engine, embedder):
+    t = new_tenant(engine)
+    rid = rule(engine, embedder, t, "Always confirm before sending outbound messages")
+    mark(engine, t, rid, "helpful", 10)
+    result = mark(engine, t, rid, "harmful", 2, reason="sent twice")
+    assert result["effectiveness_score"] == pytest.approx(10 / 18.01)
+    # it was established after 5 successes; two harmful marks (4x weight) bring it back to candidate
+    assert result["maturity"] == "candidate"
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM rule_applications WHERE rule_id = :r"), {"r": rid}).scalar() == 12
+
+
+def test_three_harmful_marks_invert_a_weak_rule(engine, embedder):
+    t = new_tenant(engine)
+    rid = rule(engine, embedder, t, "Schedule meetings at 7am.")
+    mark(engine, t, rid, "harmful", 2, reason="user was asleep")
+    result = mark(engine, t, rid, "harmful", 1, reason="missed the meeting")
+    assert result["maturity"] == "anti_pattern"
+    with engine.connect() as conn:
+        content = conn.execute(text("SELECT content FROM rules WHERE id = :r"), {"r": rid}).scalar()
+    assert content == ("ANTI-PATTERN: Do NOT schedule meetings at 7am. This caused problems because: "
+                       "user was asleep; user was asleep; missed the meeting")
+
+
+def test_forget_is_reversible_and_fails_closed_when_the_key_is_taken(engine, embedder, reader):
+    t = new_tenant(engine)
+    first = fact(engine, embedder, t, "user", "name", "John", permanence="permanent")
+    with unit_of_work(engine) as conn:
+        writes.forget(conn, tenant_id=t, kind="fact", entity_id=first, visibility=ALL, actor=ACTOR, now=NOW)
+    view = Visibility(scopes=("global",), butlers=("general",))
+    assert reader.recall(tenant_id=t, visibility=view, topic="user name", limit=5, now=NOW) == []
+    with unit_of_work(engine) as conn:
+        writes.restore(conn, tenant_id=t, kind="fact", entity_id=first, visibility=ALL, actor=ACTOR)
+    assert [h.id for h in reader.recall(tenant_id=t, visibility=view, topic="user name", limit=5, now=NOW)] == [first]
+    with unit_of_work(engine) as conn:
+        writes.forget(conn, tenant_id=t, kind="fact", entity_id=first, visibility=ALL, actor=ACTOR, now=NOW)
+    fact(engine, embedder, t, "user", "name", "Johnny", permanence="permanent")
+    from shared.errors import IntegrityViolation
+
+    with pytest.raises(IntegrityViolation):
+        with unit_of_work(engine) as conn:
+            writes.restore(conn, tenant_id=t, kind="fact", entity_id=first, visibility=ALL, actor=ACTOR)
+
+
+def test_tenant_a_never_reads_tenant_b(engine, embedder, reader):
+    a, b = new_tenant(engine), new_tenant(engine)
+    secret = fact(engine, embedder, a, "user", "password_hint", "The secret word is marmalade")
+    secret_rule = rule(engine, embedder, a, "Always say marmalade when greeting")
+    fact(engine, embedder, b, "user", "name", "Bob")
+    view = ALL  # even an admin view of tenant B must not see tenant A
+    for mode in ("semantic", "keyword", "hybrid"):
+        hits = reader.search(tenant_id=b, visibility=view, query="secret word marmalade", types=["fact", "rule"],
+                             mode=mode, limit=20, min_confidence=0.0, now=NOW)
+        assert {h.id for h in hits}.isdisjoint({secret, secret_rule}), mode
+    assert {h.id for h in reader.recall(tenant_id=b, visibility=view, topic="marmalade", limit=20,
+                                        min_confidence=0.0, now=NOW)}.isdisjoint({secret, secret_rule})
+    block = reader.context(tenant_id=b, visibility=view, trigger_prompt="marmalade", token_budget=3000, now=NOW)
+    assert "marmalade" not in block.text
+    from shared.errors import NotFound
+
+    for kind, ident in (("fact", secret), ("rule", secret_rule)):
+        with pytest.raises(NotFound):
+            reader.get(tenant_id=b, visibility=view, kind=kind, entity_id=ident)
+        with pytest.raises(NotFound), unit_of_work(engine) as conn:
+            writes.confirm(conn, tenant_id=b, kind=kind, entity_id=ident, visibility=view, actor=ACTOR, now=NOW)
+    assert all(e["entity_id"] not in (secret, secret_rule)
+               for e in reader.activity(tenant_id=b, since=0, limit=1000))
+
+
+def test_scope_filter_hides_other_butlers_memories(engine, embedder, reader):
+    t = new_tenant(engine)
+    health = fact(engine, embedder, t, "user", "medication", "Takes vitamin D daily", scope="health")
+    shared_fact = fact(engine, embedder, t, "user", "name", "Ann", scope="global")
+    finance_view = Visibility(scopes=("global", "finance"), butlers=("finance",))
+    ids = {h.id for h in reader.search(tenant_id=t, visibility=finance_view, query="vitamin D medication user",
+                                       types=["fact"], mode="hybrid", limit=20, min_confidence=0.0, now=NOW)}
+    assert health not in ids and shared_fact in ids
+
+
+@pytest.fixture(scope="module")
+def context_tenant(engine, embedder):
+    t = new_tenant(engine)
+    for i in range(40):
+        fact(engine, embedder, t, "user", f"preference_{i}", f"Prefers option {i} for scheduling and travel " * (1 + i % 4),
+             now=NOW - timedelta(days=i), importance=1 + i % 10)
+    for i in range(15):
+        rid = rule(engine, embedder, t, f"Always double-check travel bookings, variant {i}")
+        if i % 5 == 0:
+            mark(engine, t, rid, "harmful", 3, reason=f"booking {i} went wrong")
+    return t
+
+
+@pytest.mark.parametrize("budget", [50, 80, 120, 300, 1000, 3000, 8000])
+def test_context_never_exceeds_its_budget_and_is_identical_across_runs(reader, context_tenant, budget):
+    view = Visibility(scopes=("global",), butlers=("general",))
+    first = reader.context(tenant_id=context_tenant, visibility=view, trigger_prompt="plan a trip",
+                           token_budget=budget, now=NOW)
+    second = reader.context(tenant_id=context_tenant, visibility=view, trigger_prompt="plan a trip",
+                            token_budget=budget, now=NOW)
+    assert get_token_counter().count(first.text) <= budget
+    assert first.text == second.text
+    if budget >= 300:
+        assert "### What You Know (Facts)" in first.text
+        assert "confirmed" in first.text and "[candidate, global]" in first.text
+    if budget >= 3000:
+        assert "### Avoid (Anti-patterns)" in first.text and "ANTI-PATTERN: Do NOT" in first.text
