@@ -81,23 +81,24 @@ def semantic(conn: Connection, *, kind: str, f: Filter, query_vec: str, pool: in
 
 
 def keyword(conn: Connection, *, kind: str, f: Filter, query: str, pool: int, cap: int = 5000) -> list[dict[str, Any]]:
-    """Rows containing any query term, scored by the summed rarity (idf) of the terms they contain.
-
-    ``relevance`` is that score divided by the best possible score for the query (all terms), so in [0, 1].
-    """
+    """Rows containing any query term, scored by the summed rarity (BM25 idf over the caller's visible rows)
+    of the terms they contain. ``relevance`` is that sum over the idf of all the query's terms, so in [0, 1]:
+    1.0 means every term of the query is in the row."""
     params: dict[str, Any] = {"query": query, "pool": pool, "cap": cap}
     where = _where(kind, f, params)
     sql = f"""
     WITH {KEYWORD_CTE},
     cand AS (SELECT x.id, x.search_vector FROM {TABLES[kind]} x, q
              WHERE q.tsq IS NOT NULL AND x.search_vector @@ q.tsq AND {where} LIMIT :cap),
-    total AS (SELECT count(*)::float8 AS n FROM cand),
-    idf AS (SELECT l.lexeme, ln(1 + total.n / count(c.id)) AS w
-            FROM lex l CROSS JOIN total JOIN cand c ON c.search_vector @@ to_tsquery('simple', quote_literal(l.lexeme))
-            GROUP BY l.lexeme, total.n),
+    total AS (SELECT count(*)::float8 AS n FROM {TABLES[kind]} x WHERE {where}),
+    df AS (SELECT l.lexeme, count(c.id)::float8 AS n
+           FROM lex l LEFT JOIN cand c ON c.search_vector @@ to_tsquery('simple', quote_literal(l.lexeme))
+           GROUP BY l.lexeme),
+    idf AS (SELECT df.lexeme, df.n AS df, ln(1 + (total.n - df.n + 0.5) / (df.n + 0.5)) AS w FROM df, total),
     best AS (SELECT sum(w) AS s FROM idf),
     scored AS (SELECT c.id, sum(idf.w) / nullif(best.s, 0) AS relevance
-               FROM cand c JOIN idf ON c.search_vector @@ to_tsquery('simple', quote_literal(idf.lexeme))
+               FROM cand c JOIN idf ON idf.df > 0
+                    AND c.search_vector @@ to_tsquery('simple', quote_literal(idf.lexeme))
                CROSS JOIN best GROUP BY c.id, best.s)
     SELECT {COLUMNS[kind]}, s.relevance FROM scored s JOIN {TABLES[kind]} x ON x.id = s.id
     ORDER BY s.relevance DESC, x.created_at DESC, x.id ASC LIMIT :pool

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shared.errors import ExtractionError
+from shared.extraction_refs import merge_duplicates, resolve_references
 
 Permanence = Literal["permanent", "stable", "standard", "volatile", "ephemeral"]
 
@@ -201,13 +202,18 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.strip().splitlines()) or "    (empty)"
 
 
+def _line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def build_prompt(request: ExtractionRequest) -> str:
     """The consolidation prompt for one batch; the same request always yields the same text."""
     facts = [
-        f"- fact {f.id}: {f.subject} | {f.predicate} | {f.content} (permanence: {f.permanence}, scope: {f.scope})"
+        f"- fact {f.id}: {_line(f.subject)} | {_line(f.predicate)} | {_line(f.content)} "
+        f"(permanence: {f.permanence}, scope: {f.scope})"
         for f in request.facts
     ]
-    rules = [f"- rule {r.id}: {r.content} (scope: {r.scope}, maturity: {r.maturity})" for r in request.rules]
+    rules = [f"- rule {r.id}: {_line(r.content)} (scope: {r.scope}, maturity: {r.maturity})" for r in request.rules]
     episodes = [
         f"- episode {e.id} (at {e.created_at.isoformat()}, importance {e.importance:g}):\n{_indent(e.content)}"
         for e in request.episodes
@@ -258,85 +264,13 @@ def validate_extraction(raw: str | Mapping[str, Any], request: ExtractionRequest
         errors = exc.errors()
         problems = "; ".join(f"{_path(e['loc'])}: {e['msg']}" for e in errors[:5])
         more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-        raise ExtractionError(f"output does not match the schema: {problems}{more}", field=_path(errors[0]["loc"]))
-    return _dedupe(_resolve_ids(extraction, request))
-
-
-# The fields of an answer that hold references, and what they must refer to.
-_REFERENCES = {
-    "source_episode_ids": "episode",
-    "supersedes_fact_id": "fact",
-    "fact_id": "fact",
-    "rule_id": "rule",
-    "supporting_fact_refs": "fact or new fact",
-}
-_NEW_FACT_REF = re.compile(r"facts\[(\d+)\]")
-_LISTS = ("source_episode_ids", "supporting_fact_refs")
-
-
-def _resolve_ids(ex: Extraction, request: ExtractionRequest) -> dict[str, list[dict[str, Any]]]:
-    """The answer as plain data with every id rewritten to the request's spelling (a model may re-case a uuid)."""
-    known = {
-        "episode": {e.id.lower(): e.id for e in request.episodes},
-        "fact": {f.id.lower(): f.id for f in request.facts},
-        "rule": {r.id.lower(): r.id for r in request.rules},
-    }
-
-    def resolve(kind: str, value: str, path: str) -> str:
-        if kind == "fact or new fact" and (index := _NEW_FACT_REF.fullmatch(value)):
-            if int(index.group(1)) < len(ex.facts):
-                return value
-            raise ExtractionError(f"{path}: {value!r} points past the {len(ex.facts)} new facts", field=path)
-        kind = kind.split()[0]
-        if value.lower() not in known[kind]:
-            raise ExtractionError(f"{path}: unknown {kind} id {value!r} (not in this request)", field=path)
-        return known[kind][value.lower()]
-
-    data = ex.model_dump()
-    for section, items in data.items():
-        for n, item in enumerate(items):
-            for field, kind in _REFERENCES.items():
-                value, path = item.get(field), f"{section}[{n}].{field}"
-                if isinstance(value, list):
-                    item[field] = [resolve(kind, v, f"{path}[{i}]") for i, v in enumerate(value)]
-                elif value is not None:
-                    item[field] = resolve(kind, value, path)
-    return data
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.casefold().split())
-
-
-def _union(*lists: list[str]) -> list[str]:
-    return list(dict.fromkeys(v for values in lists for v in values))
-
-
-def _merge(items: list[dict[str, Any]], key: Callable[[dict[str, Any]], Any]) -> tuple[list[dict[str, Any]], list[int]]:
-    """Collapse items with equal keys into the first, uniting their id lists; also returns old → new index."""
-    kept: dict[Any, int] = {}
-    out: list[dict[str, Any]] = []
-    where: list[int] = []
-    for item in items:
-        k = key(item)
-        if k not in kept:
-            kept[k] = len(out)
-            out.append({**item, **{f: _union(item[f]) for f in _LISTS if f in item}})
-        else:
-            first = out[kept[k]]
-            first.update({f: _union(first[f], item[f]) for f in _LISTS if f in item})
-        where.append(kept[k])
-    return out, where
-
-
-def _dedupe(data: dict[str, list[dict[str, Any]]]) -> Extraction:
-    facts, where = _merge(data["facts"], lambda f: (_norm(f["subject"]), f["predicate"], _norm(f["content"])))
-    for rule in data["rules"]:
-        rule["supporting_fact_refs"] = [
-            f"facts[{where[int(m.group(1))]}]" if (m := _NEW_FACT_REF.fullmatch(ref)) else ref
-            for ref in rule["supporting_fact_refs"]
-        ]
-    rules, _ = _merge(data["rules"], lambda r: (_norm(r["content"]), r["scope"]))
-    confirmations, _ = _merge(data["confirmations"], lambda c: (c["fact_id"], c["rule_id"]))
-    contradictions, _ = _merge(data["contradictions"], lambda c: c["fact_id"])
-    return Extraction(facts=facts, rules=rules, confirmations=confirmations, contradictions=contradictions)
+        raise ExtractionError(
+            f"output does not match the schema: {problems}{more}", field=_path(errors[0]["loc"])
+        ) from None
+    resolved = resolve_references(
+        extraction.model_dump(),
+        episode_ids=[e.id for e in request.episodes],
+        fact_ids=[f.id for f in request.facts],
+        rule_ids=[r.id for r in request.rules],
+    )
+    return Extraction.model_validate(merge_duplicates(resolved))

@@ -36,10 +36,11 @@ log = logging.getLogger("memory_butler.stack")
 
 STACK_FILE = "stack.json"
 TOKEN_FILE = "dev-token"
-LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
+LOCAL_REDIS_PORT = 6379
+LOCAL_REDIS_URL = f"redis://127.0.0.1:{LOCAL_REDIS_PORT}/0"
 CHILD_STOP_GRACE_S = 10  # SIGTERM, then SIGKILL: a warm Celery shutdown finishes short tasks in this time
 DOWN_WAIT_S = 30  # how long `down` lets `up` stop its children before doing it itself
-START_WAIT_S = 180  # `up --detach`: first start initialises PostgreSQL and may download nothing else
+START_WAIT_S = 180  # `up --detach`: a first start runs initdb and the migrations, usually in seconds
 EXIT_NOT_RUNNING = 3
 
 UP_HELP = """\
@@ -69,9 +70,9 @@ def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_for(args: argparse.Namespace) -> Settings:
-    """Settings with the command line's --data-dir applied (made absolute: children run elsewhere)."""
-    data_dir = getattr(args, "data_dir", None)
-    return load_settings(data_dir=data_dir.expanduser().resolve()) if data_dir else load_settings()
+    """Settings with the command line's --data-dir applied, made absolute (children and pg_ctl run elsewhere)."""
+    data_dir = getattr(args, "data_dir", None) or load_settings().data_dir
+    return load_settings(data_dir=data_dir.expanduser().resolve())
 
 
 # --- processes ----------------------------------------------------------------------------------
@@ -168,7 +169,8 @@ def stop_embedded_postgres(pgdata: Path) -> None:
             os.kill(pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown: roll back sessions, checkpoint, exit
         if _wait_gone([proc], 30):
             log.warning("postgres did not stop in 30 s; immediate shutdown", extra={"pid": pid})
-            os.kill(pid, signal.SIGQUIT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGQUIT)
             _wait_gone([proc], 10)
 
 
@@ -177,7 +179,7 @@ def resolve_database_url(settings: Settings) -> str:
     if settings.database_url:
         return settings.database_url
     record = read_stack(settings.data_dir)
-    if record and _up_process(record) is not None:
+    if record and record.get("database_url") and _up_process(record) is not None:
         return record["database_url"]
     return start_embedded_postgres(db.embedded_pgdata(settings))
 
@@ -221,7 +223,7 @@ def _wait_for_redis(popen: subprocess.Popen, url: str, log_path: Path, timeout: 
     deadline = time.monotonic() + timeout
     while not _redis_answers(url):
         if popen.poll() is not None or time.monotonic() >= deadline:
-            raise StackError(f"Redis did not start (is port 6379 taken?); see {log_path}")
+            raise StackError(f"Redis did not start (is port {LOCAL_REDIS_PORT} taken?); see {log_path}")
         time.sleep(0.1)
 
 
@@ -400,11 +402,11 @@ class Stack:
         if self.settings.redis_url:
             url, origin = self.settings.redis_url, "from REDIS_URL"
         elif _redis_answers(LOCAL_REDIS_URL):
-            url, origin = LOCAL_REDIS_URL, "already running on 127.0.0.1:6379"
+            url, origin = LOCAL_REDIS_URL, f"already running on 127.0.0.1:{LOCAL_REDIS_PORT}"
         else:
             url, origin = LOCAL_REDIS_URL, f"started here, data in {self.data_dir / 'redis'}"
             (self.data_dir / "redis").mkdir(parents=True, exist_ok=True)
-            cmd = [_redis_executable(), "--port", "6379", "--bind", "127.0.0.1", "--save", "",
+            cmd = [_redis_executable(), "--port", str(LOCAL_REDIS_PORT), "--bind", "127.0.0.1", "--save", "",
                    "--appendonly", "yes", "--dir", str(self.data_dir / "redis")]
             self.redis = _spawn("redis", cmd, env=dict(os.environ), log_dir=self.log_dir)
             self.record["redis"] = _process_record("redis", self.redis, self.log_dir, cmd=cmd)

@@ -47,6 +47,7 @@ _NOT_A_NAME = frozenset(
      "which", "and", "but", "so", "then", "also", "now", "my", "i", "we", "the", "a", "an"}
 )
 _SLUG_SKIP = frozenset({"a", "an", "the", "my", "our", "their", "to", "of", "some", "very", "really", "is", "are"})
+_SLUG_STOP = frozenset({"on", "in", "at", "for", "with", "from", "by", "during", "about", "over", "near", "after"})
 
 
 @dataclass
@@ -67,8 +68,13 @@ def sentences(text: str) -> Iterator[str]:
 
 
 def slug(text: str, words: int = 4) -> str:
-    """'a window seat' → 'window_seat': the first few significant words, for a predicate."""
-    kept = [w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _SLUG_SKIP]
+    """'a window seat on long flights' → 'window_seat': the head of a value, for a predicate."""
+    kept: list[str] = []
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        if word in _SLUG_STOP and kept:
+            break
+        if word not in _SLUG_SKIP and word not in _SLUG_STOP:
+            kept.append(word)
     return "_".join(kept[:words])[:60]
 
 
@@ -116,11 +122,13 @@ def _from_match(pattern: FactPattern, match: re.Match[str]) -> Iterator[_Candida
             continue
         if pattern.predicate == "name" and value[:1].islower():
             value = value.title()
-        filled = {**groups, "v": value}
-        predicate = f"{kind}_{slug(filled['k']) or 'thing'}" if kind != pattern.predicate else kind
-        if KINDS[kind].multi and slug(value):
+        if kind != pattern.predicate:  # a templated predicate: favorite_{k}
+            predicate = f"{kind}_{slug(groups['k']) or 'thing'}"
+        elif KINDS[kind].multi and slug(value):
             predicate = f"{kind}_{slug(value)}"
-        content = pattern.content.format_map(filled)
+        else:
+            predicate = kind
+        content = pattern.content.format_map({**groups, "v": value})
         yield _Candidate(subject, predicate, content[:1].upper() + content[1:], kind)
 
 
@@ -189,7 +197,8 @@ class HeuristicExtractor:
                     batch.add_fact(found, episode.id)
                 rule = _rule_in(sentence)
                 if rule:
-                    batch.add_rule(rule, "global" if GLOBAL_CUE.search(rule) else episode.butler, episode.id)
+                    scope = "global" if GLOBAL_CUE.search(rule) or not episode.butler else episode.butler
+                    batch.add_rule(rule, scope, episode.id)
                 for retraction in RETRACTION_PATTERNS:
                     for match in retraction.regex.finditer(sentence):
                         batch.retractions.append((retraction.kind, match.group("v"), sentence, episode.id))
@@ -198,24 +207,8 @@ class HeuristicExtractor:
 
 def _reconcile(batch: _Batch, request: ExtractionRequest) -> Extraction:
     """Compare with what is known: the same fact confirms, a new value supersedes, a retraction contradicts."""
-    known = {}
-    for fact in request.facts:
-        known.setdefault((fact.subject.casefold(), _snake(fact.predicate)), fact)
-    facts: list[NewFact] = []
     confirmed: dict[tuple[str | None, str | None], list[str]] = {}
-    for (subject, predicate), found in batch.facts.items():
-        same = known.get((subject, predicate))
-        if same is not None and _norm(same.content) == _norm(found.content):
-            confirmed.setdefault((same.id, None), []).extend(found.sources)
-            continue
-        opposite = OPPOSITES.get(found.kind)
-        replaced = same or (opposite and known.get((subject, opposite + predicate[len(found.kind):])))
-        kind = KINDS[found.kind]
-        facts.append(NewFact(
-            subject=found.subject, predicate=found.predicate, content=found.content[:2000],
-            permanence=kind.permanence, importance=kind.importance, source_episode_ids=found.sources,
-            supersedes_fact_id=replaced.id if replaced else None,
-        ))
+    facts = list(_new_facts(batch, request.facts, confirmed))
     known_rules = {_norm(rule.content): rule.id for rule in request.rules}
     rules = []
     for key, rule in batch.rules.items():
@@ -231,13 +224,36 @@ def _reconcile(batch: _Batch, request: ExtractionRequest) -> Extraction:
     return Extraction(facts=facts, rules=rules, confirmations=confirmations, contradictions=contradictions)
 
 
+def _new_facts(
+    batch: _Batch, known_facts: list[KnownFact], confirmed: dict[tuple[str | None, str | None], list[str]]
+) -> Iterator[NewFact]:
+    """The batch's facts that are news; one already known with the same content is added to ``confirmed``."""
+    known: dict[tuple[str, str], KnownFact] = {}
+    for fact in known_facts:
+        known.setdefault((fact.subject.casefold(), _snake(fact.predicate)), fact)
+    for (subject, predicate), found in batch.facts.items():
+        same = known.get((subject, predicate))
+        if same is not None and _norm(same.content) == _norm(found.content):
+            confirmed.setdefault((same.id, None), []).extend(found.sources)
+            continue
+        opposite = OPPOSITES.get(found.kind)
+        replaced = same or (opposite and known.get((subject, opposite + predicate[len(found.kind) :])))
+        kind = KINDS[found.kind]
+        yield NewFact(
+            subject=found.subject, predicate=found.predicate, content=found.content[:2000],
+            permanence=kind.permanence, importance=kind.importance, source_episode_ids=found.sources,
+            supersedes_fact_id=replaced.id if replaced else None,
+        )
+
+
 def _contradictions(batch: _Batch, known: list[KnownFact]) -> Iterator[Contradiction]:
+    """Known user facts that a retraction ("no longer lives in Berlin") names by kind and value."""
     for kind, value, sentence, episode_id in batch.retractions:
-        wanted = slug(value, words=8)
+        said, head = f" {_norm(value)} ", slug(value)
         for fact in known:
             predicate = _snake(fact.predicate)
             if fact.subject.casefold() != "user" or not (predicate == kind or predicate.startswith(kind + "_")):
                 continue
-            said = f"_{slug(fact.content, words=50)}_"
-            if wanted and (predicate.endswith("_" + wanted) or f"_{wanted}_" in said):
-                yield Contradiction(fact_id=fact.id, source_episode_ids=[episode_id], note=f"Episode says: {sentence}")
+            if said.strip() and (predicate == f"{kind}_{head}" or said in f" {_norm(fact.content)} "):
+                note = f"Episode says: {sentence}"
+                yield Contradiction(fact_id=fact.id, source_episode_ids=[episode_id], note=note)

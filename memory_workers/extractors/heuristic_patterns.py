@@ -63,7 +63,8 @@ _MY = r"(?:\bmy|\b(?:the\s+)?user'?s)\b"
 # Where a value stops: punctuation, or a word that starts a new clause or a time phrase.
 _END = (
     r"(?=\s+(?:and|but|so|because|since|although|though|which|who|when|whenever|if|unless|as|with|for|from|"
-    r"until|in|during|after|before|last|next|this|now|recently|yesterday|today|tonight|tomorrow|anymore|too|also|every)\b"
+    r"until|in|during|after|before|last|next|this|now|recently|yesterday|today|tonight|tomorrow|anymore|too|"
+    r"also|every)\b"
     r"|\s*[,;:.!?()\"\n]|\s+-\s|$)"
 )
 _V = r"(?P<v>[^,;:.!?()\"\n]{1,120}?)" + _END
@@ -77,7 +78,9 @@ _FAMILY = (
     r"(?P<rel>wife|husband|partner|spouse|son|daughter|mother|mom|mum|father|dad|sister|brother|"
     r"grandmother|grandma|grandfather|grandpa|aunt|uncle|cousin|niece|nephew|fianc[eé]e?|dog|cat)"
 )
-_SOCIAL = r"(?P<rel>best\s+friend|friend|boss|manager|colleague|coworker|co-worker|roommate|girlfriend|boyfriend|doctor)"
+_SOCIAL = (
+    r"(?P<rel>best\s+friend|friend|boss|manager|colleague|coworker|co-worker|roommate|girlfriend|boyfriend|doctor)"
+)
 _WHEN = r"(?P<when>\s+(?:next\s+\w+|tomorrow|tonight|this\s+(?:week|weekend|month|evening)|soon|on\s+\w+day))"
 _NOT_CONDITIONAL = r"(?![^.!?]*\b(?:when|whenever|if|unless)\b)"
 
@@ -100,7 +103,8 @@ _CURRENT = {"reading": "current_reading", "working on": "current_project", "lear
 
 def _current(verb: str, predicate: str) -> FactPattern:
     """'I am currently reading X', 'currently reading X', 'I just started learning X'."""
-    lead = rf"(?:{_BE}\s+(?:currently\s+|now\s+)?|\b(?:currently|now)\s+|{_SUBJ}\s+(?:just\s+)?(?:started|began|has\s+started|have\s+started)\s+)"
+    started = r"(?:just\s+)?(?:started|began|has\s+started|have\s+started)"
+    lead = rf"(?:{_BE}\s+(?:currently\s+|now\s+)?|\b(?:currently|now)\s+|{_SUBJ}\s+{started}\s+)"
     return _f(lead + verb.replace(" ", r"\s+") + rf"\s+{_V}", predicate, f"User is currently {verb} {{v}}")
 
 

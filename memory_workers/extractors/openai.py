@@ -70,7 +70,8 @@ class OpenAIExtractor:
             choice: dict[str, Any] = response.json()["choices"][0]
             message: dict[str, Any] = choice["message"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise self._error(f"HTTP {response.status_code} but not a chat.completion: {response.text[:200]!r}") from None
+            not_completion = f"HTTP {response.status_code} but not a chat.completion: {response.text[:200]!r}"
+            raise self._error(not_completion) from None
         if message.get("refusal"):
             raise self._error(f"the model refused: {str(message['refusal'])[:300]}")
         content = message.get("content")

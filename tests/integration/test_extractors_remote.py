@@ -102,7 +102,8 @@ def chat_server() -> Iterator[SimpleNamespace]:
             if self.path != "/v1/chat/completions":
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
             if state.mode == "echo-auth-401" or self.headers.get("Authorization") != f"Bearer {API_KEY}":
-                return self._send(401, {"error": {"message": f"Incorrect API key: {self.headers.get('Authorization')}"}})
+                echoed = f"Incorrect API key provided: {self.headers.get('Authorization')}"
+                return self._send(401, {"error": {"message": echoed}})
             if _problems(body):
                 return self._send(400, {"error": {"message": f"bad request: {_problems(body)}"}})
             if state.mode == "500":

@@ -70,7 +70,8 @@ def test_prompt_carries_the_seed_instructions_the_ids_and_the_schema():
         assert must in prompt
     assert f"- fact {F1}: user | name | User's name is John (permanence: permanent, scope: global)" in prompt
     assert f"- rule {R1}: Confirm before sending messages (scope: global, maturity: candidate)" in prompt
-    assert f"- episode {E1} (at 2025-01-02T03:04:05+00:00, importance 5):\n    User logged weight 75kg.\n    Started" in prompt
+    first = f"- episode {E1} (at 2025-01-02T03:04:05+00:00, importance 5):\n    User logged weight 75kg.\n    Started"
+    assert first in prompt
     assert f"- episode {E2} (at 2025-01-02T03:04:05+00:00, importance 7.5):\n    Always log weight in kg." in prompt
     assert json.dumps(EXTRACTION_JSON_SCHEMA, sort_keys=True, separators=(",", ":")) in prompt
 
@@ -129,7 +130,8 @@ def test_ids_are_matched_case_insensitively_and_rewritten_to_the_request_spellin
 
 def test_identical_facts_are_merged_and_rule_references_follow_them():
     answer = _answer(
-        facts=[_fact(), _fact(predicate="mood", content="Tired"), _fact(content=" user WEIGHS  75kg", source_episode_ids=[E2])],
+        facts=[_fact(), _fact(predicate="mood", content="Tired"),
+               _fact(content=" user WEIGHS  75kg", source_episode_ids=[E2])],
         rules=[{"content": "Log weight in kg", "scope": "health", "source_episode_ids": [E2],
                 "supporting_fact_refs": ["facts[2]", "facts[1]", F1]}],
     )

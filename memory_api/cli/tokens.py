@@ -1,0 +1,99 @@
+"""`memory-butler tokens create | list | revoke`: bearer tokens for butlers and operators."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+from collections.abc import Callable
+
+from memory_api.cli.stack import add_data_dir_option, command_database, settings_for
+from shared import db, tenancy
+from shared.errors import ButlerError
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    settings = settings_for(args)
+    tenant_id = args.tenant or settings.tenant_id
+    with command_database(settings) as url:
+        db.migrate(url)
+        with db.unit_of_work(db.engine_for(url)) as conn:
+            tenancy.ensure_tenant(conn, tenant_id=tenant_id)
+            token_id, token = tenancy.create_token(
+                conn, tenant_id=tenant_id, name=args.name, butlers=args.butler, role=args.role
+            )
+    print(f"token id  {token_id}\ntenant    {tenant_id}\nrole      {args.role}\nbutlers   {', '.join(args.butler)}")
+    print(f"\n{token}\n\nThis is the only time the token is shown; store it now. Send it as 'Authorization: Bearer <token>'.")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    settings = settings_for(args)
+    with command_database(settings) as url:
+        db.migrate(url)
+        with db.unit_of_work(db.engine_for(url)) as conn:
+            tokens = tenancy.list_tokens(conn, tenant_id=args.tenant)
+    if not tokens:
+        print("no tokens")
+        return 0
+    print(f"{'id':<36}  {'tenant':<16} {'name':<20} {'role':<6} {'created':<19} {'revoked':<19} butlers")
+    for t in tokens:
+        revoked = t.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if t.revoked_at else "-"
+        print(f"{t.id!s:<36}  {t.tenant_id:<16} {t.name:<20} {t.role:<6} "
+              f"{t.created_at:%Y-%m-%d %H:%M:%S} {revoked:<19} {','.join(t.butlers)}")
+    return 0
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    settings = settings_for(args)
+    with command_database(settings) as url:
+        db.migrate(url)
+        with db.unit_of_work(db.engine_for(url)) as conn:
+            revoked = tenancy.revoke_token(conn, token_id=args.token_id)
+    if not revoked:
+        print(f"memory-butler tokens revoke: no live token with id {args.token_id}", file=sys.stderr)
+        return 1
+    print(f"revoked {args.token_id}")
+    return 0
+
+
+def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Report a rejected argument (bad butler name, role, tenant) as a one-line error, exit 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except ButlerError as exc:
+            print(f"memory-butler tokens: {exc.message}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    tokens = subparsers.add_parser(
+        "tokens", help="create, list or revoke bearer tokens",
+        description="Bearer tokens: each belongs to one tenant and covers some butlers ('*' = all). "
+                    "Only a hash is stored; the token itself is printed once, at creation.",
+    )
+    sub = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", required=True)
+
+    create = sub.add_parser("create", help="create a token and print it (once)")
+    create.add_argument("--tenant", help="tenant id, created if missing (default: the configured tenant_id)")
+    create.add_argument("--name", required=True, help="what the token is for, e.g. 'health butler'")
+    create.add_argument("--butler", action="append", required=True,
+                        help="a butler the token may act as; repeat for more, or '*' for all")
+    create.add_argument("--role", choices=tenancy.ROLES, default="butler",
+                        help="butler (read/write memory) or admin (also operations); default butler")
+    create.set_defaults(func=_guarded(cmd_create))
+
+    listing = sub.add_parser("list", help="list tokens (never the secrets)")
+    listing.add_argument("--tenant", help="only this tenant's tokens")
+    listing.set_defaults(func=_guarded(cmd_list))
+
+    revoke = sub.add_parser("revoke", help="revoke a token by id; it stops working at once")
+    revoke.add_argument("token_id", type=uuid.UUID, metavar="TOKEN_ID")
+    revoke.set_defaults(func=_guarded(cmd_revoke))
+
+    for parser in (create, listing, revoke):
+        add_data_dir_option(parser)

@@ -1,0 +1,215 @@
+"""The MCP front: every memory tool over stateless streamable HTTP at /mcp (any number of fronts can run behind a
+load balancer), plus /healthz and /metrics, behind bearer-token auth. Or the same tools over stdio.
+
+Auth: ``Authorization: Bearer mb_...``. A resolved token is cached in-process for ``token_ttl`` seconds (30 by
+default) so calls do not hit the database for it; a revoked token therefore keeps working on a front for at
+most that long. Unknown tokens are cached for a few seconds too, so a flood of bad tokens cannot load the
+database. /healthz is open; /metrics needs an admin token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from memory_api.tools import build_tools
+from memory_api.tools.runtime import PRINCIPAL_SCOPE_KEY, utcnow
+from memory_api.tools.services import Services
+from shared import stats as shared_stats
+from shared.config import ConfigError, Settings
+from shared.db import unit_of_work
+from shared.errors import Unavailable
+from shared.tenancy import ALL_BUTLERS, Principal, hash_token, resolve_token
+
+TOKEN_TTL_S = 30.0
+NEGATIVE_TTL_S = 5.0
+MAX_CACHED_TOKENS = 10_000
+AUTH_DEADLINE_S = 3.0
+HEALTH_DEADLINE_S = 2.0
+OPEN_PATHS = frozenset({"/healthz"})
+
+INSTRUCTIONS = """\
+Memory Butler is the shared long-term memory of your butler fleet.
+- At session start call memory_context(trigger_prompt, butler) and put the returned `context` in your prompt.
+- Before acting on a topic you may have history with, call memory_recall(topic); use memory_search for exact
+  words or past episodes.
+- When you learn something durable, memory_store_fact (subject, predicate, content); a newer fact for the same
+  subject+predicate supersedes the old one. When you find a behaviour worth repeating, memory_store_rule.
+- After a recalled fact or rule proved right, memory_confirm it; after applying a rule, memory_mark_helpful or
+  memory_mark_harmful (with a reason). memory_forget removes a wrong memory (undo with memory_restore).
+- Writes answer "accepted" at once and are applied moments later; reads never block your work: if memory is
+  unavailable they answer empty with degraded=true. Errors come back as {error, message, field, retryable}.
+"""
+
+
+def build_server(services: Services) -> MCPServer:
+    """The MCP server with every tool; its lifespan opens the process's resources."""
+    return MCPServer("memory-butler", title="Memory Butler", instructions=INSTRUCTIONS, version="0.1.0",
+                     tools=build_tools(), lifespan=services.lifespan)
+
+
+class TokenCache:
+    """token hash → (Principal or None, expiry). Touched only from the event loop, so it needs no lock."""
+
+    def __init__(self, *, ttl: float = TOKEN_TTL_S, negative_ttl: float = NEGATIVE_TTL_S) -> None:
+        self.ttl, self.negative_ttl = ttl, negative_ttl
+        self._entries: dict[str, tuple[Principal | None, float]] = {}
+
+    def get(self, key: str) -> tuple[bool, Principal | None]:
+        entry = self._entries.get(key)
+        if entry is None or entry[1] <= time.monotonic():
+            return False, None
+        return True, entry[0]
+
+    def put(self, key: str, principal: Principal | None) -> None:
+        now = time.monotonic()
+        if len(self._entries) >= MAX_CACHED_TOKENS:
+            self._entries = {k: v for k, v in self._entries.items() if v[1] > now}
+            if len(self._entries) >= MAX_CACHED_TOKENS:
+                self._entries.clear()
+        self._entries[key] = (principal, now + (self.ttl if principal else self.negative_ttl))
+
+
+class BearerAuth:
+    """ASGI middleware: resolve the bearer token to a Principal (cached) and put it on the scope, or answer 401."""
+
+    def __init__(self, app: ASGIApp, *, services: Services, cache: TokenCache) -> None:
+        self.app, self.services, self.cache = app, services, cache
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        token = _bearer(scope)
+        if not token:
+            await _deny(401, "missing bearer token: send 'Authorization: Bearer <token>'")(scope, receive, send)
+            return
+        try:
+            principal = await self.principal(token)
+        except Unavailable as exc:
+            await _deny(503, f"cannot check the token: {exc.message}", retryable=True)(scope, receive, send)
+            return
+        if principal is None:
+            await _deny(401, "invalid or revoked token")(scope, receive, send)
+            return
+        scope[PRINCIPAL_SCOPE_KEY] = principal
+        await self.app(scope, receive, send)
+
+    async def principal(self, token: str) -> Principal | None:
+        key = hash_token(token)
+        hit, principal = self.cache.get(key)
+        if hit:
+            return principal
+        engine = self.services.engine
+
+        def resolve() -> Principal | None:
+            with unit_of_work(engine) as conn:
+                return resolve_token(conn, token=token)
+
+        principal = await self.services.in_thread(resolve, deadline=AUTH_DEADLINE_S)
+        self.cache.put(key, principal)
+        return principal
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    return None
+
+
+def _deny(status: int, message: str, *, retryable: bool = False) -> Response:
+    code = {401: "unauthorized", 403: "permission_denied", 503: "unavailable"}[status]
+    headers = {"WWW-Authenticate": 'Bearer realm="memory-butler"'} if status == 401 else None
+    return JSONResponse({"error": code, "message": message, "retryable": retryable}, status_code=status,
+                        headers=headers)
+
+
+def _healthz(services: Services) -> Callable[[Request], Awaitable[Response]]:
+    async def healthz(_: Request) -> Response:
+        engine = services.engine
+
+        def ping() -> None:
+            with engine.connect():  # a pooled connection is pinged on checkout (pool_pre_ping); a new one connects
+                pass
+
+        started = time.perf_counter()
+        try:
+            await services.in_thread(ping, deadline=HEALTH_DEADLINE_S)
+        except Unavailable as exc:
+            return JSONResponse({"status": "unavailable", "reason": exc.message}, status_code=503)
+        return JSONResponse({"status": "ok", "database_ms": round((time.perf_counter() - started) * 1000, 2)})
+
+    return healthz
+
+
+def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
+    async def metrics(request: Request) -> Response:
+        principal: Principal = request.scope[PRINCIPAL_SCOPE_KEY]
+        if not principal.is_admin:  # the gauges cover every tenant
+            return _deny(403, "/metrics needs an admin token")
+        engine = services.engine
+
+        def gauges() -> list[dict[str, Any]]:
+            with unit_of_work(engine) as conn:
+                return shared_stats.gauges(conn, now=utcnow())
+
+        text = services.metrics.prometheus_text() + _publisher_text(services)
+        try:
+            rows = await services.in_thread(gauges, deadline=HEALTH_DEADLINE_S)
+            text += shared_stats.prometheus_text(rows) + _up(1)
+        except Unavailable:
+            text += _up(0)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return metrics
+
+
+def _up(value: int) -> str:
+    return ("# HELP memory_butler_database_up 1 when this front's database answered the gauges query.\n"
+            f"# TYPE memory_butler_database_up gauge\nmemory_butler_database_up {value}\n")
+
+
+def _publisher_text(services: Services) -> str:
+    snapshot = getattr(services.publisher, "snapshot", None)
+    if snapshot is None:
+        return ""
+    lines = ["# HELP memory_butler_wakeups Broker wake-ups of this front's publisher by result.",
+             "# TYPE memory_butler_wakeups gauge"]
+    lines += [f'memory_butler_wakeups{{result="{k}"}} {v}' for k, v in sorted(snapshot().items())]
+    return "\n".join(lines) + "\n"
+
+
+def build_app(settings: Settings, *, database_url: str | None = None, token_ttl: float = TOKEN_TTL_S) -> Starlette:
+    """The ASGI app: /mcp (stateless streamable HTTP, JSON responses), /healthz, /metrics; resources at start."""
+    url = database_url or settings.database_url
+    if not url:
+        raise ConfigError("database_url: not set (DATABASE_URL, or use `memory-butler serve`, which finds one)")
+    services = Services(settings=settings, database_url=url)
+    server = build_server(services)
+    server.custom_route("/healthz", methods=["GET"])(_healthz(services))
+    server.custom_route("/metrics", methods=["GET"])(_metrics(services))
+    app = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
+                                     host=settings.api.host)
+    app.add_middleware(BearerAuth, services=services, cache=TokenCache(ttl=token_ttl))
+    app.state.services = services
+    return app
+
+
+def run_stdio(settings: Settings, *, database_url: str | None = None) -> None:
+    """Serve the same tools over stdio; the caller is the configured tenant's admin for every butler."""
+    url = database_url or settings.database_url
+    if not url:
+        raise ConfigError("database_url: not set")
+    principal = Principal(tenant_id=settings.tenant_id, butlers=(ALL_BUTLERS,), role="admin", token_id=None)
+    services = Services(settings=settings, database_url=url, stdio_principal=principal)
+    anyio.run(build_server(services).run_stdio_async)

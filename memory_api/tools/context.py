@@ -1,0 +1,79 @@
+"""Context tools: the token-budgeted "## Your Memory" block a butler puts in an agent's system prompt."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server.mcpserver import Context
+from pydantic import Field
+
+from memory_api.tools import access
+from memory_api.tools.params import Butler, ContextRequest, Lineage, Query, TokenBudget
+from memory_api.tools.results import ContextBatch, ContextBlock
+from memory_api.tools.runtime import Call, current_call, tool_call
+from shared.errors import InvalidInput, Unavailable
+
+
+def _empty(call: Call, butler: str, budget: int, reason: str) -> ContextBlock:
+    return ContextBlock(butler=butler, context="", tokens=0, token_budget=budget, included={}, dropped=0,
+                        degraded=True, reason=reason, request_id=call.request_id)
+
+
+async def _block(call: Call, trigger_prompt: str, butler: str, token_budget: int | None) -> ContextBlock:
+    """One block; Unavailable propagates so a batch can stop at the first one."""
+    budget = token_budget or call.services.settings.memory.retrieval.context_token_budget
+    reader = call.services.reader
+    block = await call.read(lambda: reader.context(
+        tenant_id=call.tenant, visibility=access.butler_visibility(butler), trigger_prompt=trigger_prompt,
+        token_budget=budget))
+    return ContextBlock(butler=butler, context=block.text, tokens=block.tokens, token_budget=budget,
+                        included=block.included, dropped=block.dropped, request_id=call.request_id)
+
+
+@tool_call
+async def memory_context(
+    ctx: Context,
+    trigger_prompt: Annotated[Query, Field(description="The task or user message the session starts with.")],
+    butler: Butler, token_budget: TokenBudget | None = None, request_context: Lineage | None = None,
+) -> ContextBlock:
+    """Call at session start: builds the memory block to inject into the agent's system prompt — the facts,
+    rules, warnings and recent episodes most relevant to trigger_prompt for this butler, highest first, never
+    over token_budget (default 3000). Put `context` at the top of the prompt as is. If memory is unavailable
+    the block is empty and degraded is true: start the session without it."""
+    call = current_call()
+    access.require_butler(call.principal, butler)
+    try:
+        return await _block(call, trigger_prompt, butler, token_budget)
+    except Unavailable as exc:
+        call.outcome = "degraded"
+        budget = token_budget or call.services.settings.memory.retrieval.context_token_budget
+        return _empty(call, butler, budget, exc.message)
+
+
+@tool_call
+async def memory_context_batch(
+    ctx: Context,
+    requests: Annotated[list[ContextRequest], Field(min_length=1, description=(
+        "Blocks to build, each {trigger_prompt, butler, token_budget?}."))],
+    request_context: Lineage | None = None,
+) -> ContextBatch:
+    """memory_context for many sessions at once (a daemon starting several agents): one block per request, in
+    order. Every butler must be one your token covers; at most api.max_batch requests."""
+    call = current_call()
+    cap = call.services.settings.api.max_batch
+    if len(requests) > cap:
+        raise InvalidInput(f"requests: at most {cap} per call (got {len(requests)})", field="requests")
+    for i, req in enumerate(requests):
+        access.require_butler(call.principal, req.butler, field=f"requests.{i}.butler")
+    blocks: list[ContextBlock] = []
+    reason: str | None = None
+    for req in requests:
+        if reason is None:
+            try:
+                blocks.append(await _block(call, req.trigger_prompt, req.butler, req.token_budget))
+                continue
+            except Unavailable as exc:  # the rest would wait as long again: answer them empty right away
+                reason, call.outcome = exc.message, "degraded"
+        budget = req.token_budget or call.services.settings.memory.retrieval.context_token_budget
+        blocks.append(_empty(call, req.butler, budget, reason))
+    return ContextBatch(results=blocks, degraded=reason is not None, reason=reason, request_id=call.request_id)

@@ -1,0 +1,106 @@
+"""Management and ops tools: stats, the activity stream, dead letters."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context
+from pydantic import Field
+
+from memory_api.tools import access
+from memory_api.tools.params import MAX_ACTIVITY, Lineage, MemoryType, ReadScope
+from memory_api.tools.results import Activity, DeadLetters, Event, Stats
+from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
+from shared.db import unit_of_work
+from shared.errors import InvalidInput
+from shared.stats import stats as tenant_stats
+
+DEFAULT_ACTIVITY = 100
+
+
+@tool_call
+async def memory_stats(ctx: Context, scope: ReadScope | None = None, request_context: Lineage | None = None) -> Stats:
+    """Health of memory: episode backlog (awaiting consolidation) and its age, fact confidence distribution,
+    rule maturity and effectiveness, dead letters. Scope: a butler your token covers (default: your first
+    butler); the whole tenant needs an admin token (scope '*' or omitted)."""
+    call = current_call()
+    scope_ = access.stats_scope(call.principal, scope)
+    engine, settings = call.services.engine, call.services.settings
+
+    def work() -> dict[str, Any]:
+        with unit_of_work(engine) as conn:
+            return tenant_stats(conn, tenant_id=call.tenant, scope=scope_, now=utcnow(), settings=settings)
+
+    numbers, reason = await call.read_or_degrade(work, {})
+    return Stats(scope=scope_, stats=numbers, degraded=reason is not None, reason=reason, request_id=call.request_id)
+
+
+def parse_since(since: str | int) -> datetime | int:
+    """An event-id cursor (an integer, or digits) or an ISO-8601 time (UTC when it has no offset)."""
+    if isinstance(since, int) or since.strip().isdigit():
+        cursor = int(since)
+        if cursor < 0:
+            raise InvalidInput("since: an event cursor is >= 0", field="since")
+        return cursor
+    try:
+        when = datetime.fromisoformat(since.strip())
+    except ValueError:
+        raise InvalidInput(f"since: not an event cursor or an ISO-8601 time: {since!r}", field="since") from None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+@tool_call
+async def memory_activity_stream(
+    ctx: Context,
+    since: Annotated[str | int, Field(description=(
+        "Where to start: next_cursor from the previous call (an event id), or an ISO-8601 time such as "
+        "'2026-01-31T09:00:00Z'. Use 0 for the beginning."))],
+    scope: ReadScope | None = None,
+    types: Annotated[list[MemoryType], Field(min_length=1, max_length=3, description=(
+        "Only events about these memory types (default: all)."))] | None = None,
+    limit: Annotated[int, Field(ge=1, le=MAX_ACTIVITY, description="Events per page, 1 to 1000; default 100.")]
+    | None = None,
+    request_context: Lineage | None = None,
+) -> Activity:
+    """The tenant's audit trail (memory_events), oldest first: stores, supersessions, confirmations, feedback,
+    forgets, consolidation, maturity changes, with actor and request_id. For dashboards and ops (admin token;
+    tenant-wide, so scope may only be omitted or '*'). Page with next_cursor."""
+    call = current_call()
+    access.require_admin(call.principal, "memory_activity_stream (the tenant-wide audit trail)")
+    if scope not in (None, access.EVERY_SCOPE):
+        raise InvalidInput("scope: the activity stream is tenant-wide; omit scope or pass '*'", field="scope")
+    cursor = parse_since(since)
+    reader = call.services.reader
+    rows, reason = await call.read_or_degrade(lambda: reader.activity(
+        tenant_id=call.tenant, since=cursor, limit=limit or DEFAULT_ACTIVITY, entity_types=types), [])
+    events = [_event(r) for r in rows]
+    next_cursor = events[-1].id if events else (cursor if isinstance(cursor, int) else None)
+    return Activity(events=events, next_cursor=next_cursor, degraded=reason is not None, reason=reason,
+                    request_id=call.request_id)
+
+
+def _event(row: dict[str, Any]) -> Event:
+    entity = row.get("entity_id")
+    return Event(**{**row, "entity_id": str(entity) if entity else None})
+
+
+@tool_call
+async def memory_dead_letters(
+    ctx: Context,
+    action: Annotated[Literal["list", "show", "redrive"], Field(description=(
+        "'list' the dead letters, 'show' one (with its last error), or 'redrive' one (or all when id is omitted) "
+        "back into processing."))],
+    id: Annotated[str, Field(min_length=1, max_length=100, description="The dead letter's id (show, redrive).")]
+    | None = None,
+    request_context: Lineage | None = None,
+) -> DeadLetters:
+    """Operator tool (admin token): writes and consolidations that failed every retry end as dead letters
+    instead of vanishing. Inspect them and, once the cause is fixed, re-drive them."""
+    call = current_call()
+    access.require_admin(call.principal, "memory_dead_letters")
+    from memory_api.tools import deadletters_bridge
+
+    result = await deadletters_bridge.run(call, action, id)
+    return DeadLetters(action=action, result=result, request_id=call.request_id)
+

@@ -1,0 +1,122 @@
+"""What the tools answer: one pydantic model per result shape, so the SDK publishes each tool's outputSchema.
+
+Every result carries ``request_id`` (the caller's ``request_context.request_id``, or one the front made up).
+Read results carry ``degraded``/``reason``: true when the database did not answer in time and the result is empty.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from shared.schemas import Hit, MemoryType
+
+
+class _Result(BaseModel):
+    request_id: str = Field(description="Echo of request_context.request_id (or the id the server assigned).")
+
+
+class _Degradable(_Result):
+    degraded: bool = Field(False, description="True when memory was unavailable: the result is empty, not absent.")
+    reason: str | None = Field(None, description="Why the result is degraded.")
+
+
+class WriteAccepted(_Result):
+    """A write is durable and queued for applying; read it back with memory_get (it is 'pending' until applied)."""
+
+    status: Literal["accepted"] = "accepted"
+    type: MemoryType
+    id: str
+    butler: str = Field(description="The butler whose ordered shard applies this write.")
+    idempotency_key: str | None = None
+    replayed: bool = Field(description="True when this idempotency_key was accepted before: same id, nothing new.")
+
+
+class AcceptedItem(BaseModel):
+    id: str
+    butler: str
+    idempotency_key: str | None = None
+    replayed: bool
+
+
+class BatchAccepted(_Result):
+    status: Literal["accepted"] = "accepted"
+    count: int
+    items: list[AcceptedItem] = Field(description="One entry per input episode, in input order.")
+
+
+class Hits(_Degradable):
+    results: list[Hit]
+    count: int
+
+
+class MemoryRecord(_Degradable):
+    """status 'ok': memory holds the row and its links; 'pending': accepted, not applied yet (retry shortly)."""
+
+    status: Literal["ok", "pending", "degraded"]
+    type: MemoryType
+    id: str
+    memory: dict[str, Any] | None = None
+
+
+class ContextBlock(_Degradable):
+    butler: str
+    context: str = Field(description="The '## Your Memory' block to put in the system prompt ('' if nothing fits).")
+    tokens: int
+    token_budget: int
+    included: dict[str, list[str]] = Field(description="Section -> memory ids in the block, in order.")
+    dropped: int = Field(description="Candidates left out to respect the token budget.")
+
+
+class ContextBatch(_Degradable):
+    results: list[ContextBlock] = Field(description="One block per request, in input order.")
+
+
+class Confirmed(_Result):
+    type: Literal["fact", "rule"]
+    id: str
+    validity: str
+    last_confirmed_at: datetime
+
+
+class RuleFeedback(_Result):
+    rule_id: str
+    outcome: Literal["helpful", "harmful"]
+    maturity: str
+    effectiveness_score: float
+    success_count: int
+    harmful_count: int
+
+
+class Lifecycle(_Result):
+    type: MemoryType
+    id: str
+    status: Literal["forgotten", "restored"]
+
+
+class Stats(_Degradable):
+    scope: str | None
+    stats: dict[str, Any]
+
+
+class Event(BaseModel):
+    id: int
+    event_type: str
+    entity_type: str
+    entity_id: str | None
+    occurred_at: datetime
+    actor: str
+    request_id: str | None
+    payload: dict[str, Any]
+
+
+class Activity(_Degradable):
+    events: list[Event]
+    next_cursor: int | None = Field(description="Pass as 'since' to continue after the last event returned.")
+
+
+class DeadLetters(_Result):
+    action: Literal["list", "show", "redrive"]
+    result: Any = Field(description="list: the dead letters; show: one with its error; redrive: what was re-queued.")

@@ -1,0 +1,184 @@
+"""What every tool call shares: the caller (Principal), the process's services, bounded database work off the
+event loop, one log line per call, and classified errors turned into tool results (never stack traces)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool
+from mcp_types import CallToolResult, TextContent
+from pydantic import ValidationError
+
+from memory_api.tools.services import Services, classify_db_error
+from shared.errors import ButlerError, InvalidInput, PermissionDenied, Unavailable
+from shared.schemas import RequestContext
+from shared.tenancy import Principal
+from shared.writes import Actor
+
+log = logging.getLogger("memory_butler.api")
+
+PRINCIPAL_SCOPE_KEY = "memory_butler.principal"  # set on the ASGI scope by the bearer-token middleware
+# A read may take read_timeout_ms in the database; this much more covers connect and embedding. Then it degrades.
+READ_GRACE_S = 1.0
+# A write that gets no answer in this long is reported unavailable (retry with the same idempotency_key).
+WRITE_DEADLINE_S = 10.0
+
+T = TypeVar("T")
+_call: ContextVar[Call] = ContextVar("memory_butler_call")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class Call:
+    """One tool call: who is calling, with which lineage, on which services."""
+
+    tool: str
+    principal: Principal
+    services: Services
+    request_id: str
+    outcome: str = "ok"
+
+    @property
+    def tenant(self) -> str:
+        return self.principal.tenant_id
+
+    def actor(self, butler: str | None = None) -> Actor:
+        return Actor(name=butler or self.principal.default_butler, request_id=self.request_id)
+
+    async def read(self, fn: Callable[[], T]) -> T:
+        """Run a read in a worker thread; Unavailable if the database does not answer within the read bound."""
+        deadline = self.services.settings.memory.retrieval.read_timeout_ms / 1000 + READ_GRACE_S
+        return await self.services.in_thread(fn, deadline=deadline)
+
+    async def read_or_degrade(self, fn: Callable[[], T], empty: T) -> tuple[T, str | None]:
+        """Reads fail open: on Unavailable the caller gets ``empty`` and the reason, within the read bound."""
+        try:
+            return await self.read(fn), None
+        except Unavailable as exc:
+            self.outcome = "degraded"
+            log.warning("read degraded", extra={"tool": self.tool, "tenant": self.tenant,
+                                                "request_id": self.request_id, "reason": exc.message})
+            return empty, exc.message
+
+    async def write(self, fn: Callable[[], T]) -> T:
+        """Run a write transaction in a worker thread; database trouble becomes Unavailable (nothing accepted)."""
+        return await self.services.in_thread(fn, deadline=WRITE_DEADLINE_S)
+
+
+def current_call() -> Call:
+    """The call being served (set by :func:`tool_call` around the tool body)."""
+    return _call.get()
+
+
+def principal_of(ctx: Context, services: Services) -> Principal:
+    """The authenticated caller: from the HTTP request's scope (set by the auth middleware), else stdio's."""
+    request = getattr(ctx.request_context, "request", None)
+    if request is not None:
+        principal = request.scope.get(PRINCIPAL_SCOPE_KEY)
+        if principal is None:
+            raise PermissionDenied("the request carries no authenticated principal")
+        return principal
+    if services.stdio_principal is None:
+        raise PermissionDenied("no principal: serve over HTTP with a bearer token, or over stdio")
+    return services.stdio_principal
+
+
+def error_result(exc: ButlerError, request_id: str | None) -> CallToolResult:
+    """An is_error tool result whose text and structured content are the classified error."""
+    body = {**exc.to_dict(), "request_id": request_id}
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))], structured_content=body,
+                          is_error=True)
+
+
+def tool_call(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Wrap a tool body: bind the Call, log one line, and answer classified errors as is_error results."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    async def wrapper(**kwargs: Any) -> Any:
+        started = time.perf_counter()
+        ctx: Context = kwargs["ctx"]
+        lineage: RequestContext | None = kwargs.get("request_context")
+        request_id = (lineage.request_id if lineage else None) or f"srv-{uuid.uuid4().hex[:16]}"
+        services: Services = ctx.request_context.lifespan_context
+        call: Call | None = None
+        try:
+            call = Call(tool=name, principal=principal_of(ctx, services), services=services, request_id=request_id)
+            token = _call.set(call)
+            try:
+                return await fn(**kwargs)
+            finally:
+                _call.reset(token)
+        except Exception as exc:  # noqa: BLE001 - the boundary: classify, never leak a trace to the caller
+            error = exc if isinstance(exc, ButlerError) else classify_db_error(exc)
+            if error is None:
+                log.exception("tool crashed", extra={"tool": name, "request_id": request_id})
+                error = ButlerError("internal error; the server log has the details")
+            if call is not None:
+                call.outcome = error.code
+            _log(name, call, request_id, started, error=error)
+            return error_result(error, request_id)
+        finally:
+            if call is not None and call.outcome in ("ok", "degraded"):
+                _log(name, call, request_id, started)
+
+    return wrapper
+
+
+def _log(tool: str, call: Call | None, request_id: str, started: float, error: ButlerError | None = None) -> None:
+    duration_ms = round((time.perf_counter() - started) * 1000, 2)
+    outcome = error.code if error else (call.outcome if call else "ok")
+    if call is not None:
+        call.services.metrics.observe(tool, outcome, duration_ms / 1000)
+    extra = {"tool": tool, "tenant": call.tenant if call else None, "request_id": request_id,
+             "duration_ms": duration_ms, "outcome": outcome}
+    if error is not None:
+        extra.update(error_class=error.code, error_field=error.field, retryable=error.retryable)
+        log.info("tool call failed: %s", error.message, extra=extra)
+    else:
+        log.info("tool call", extra=extra)
+
+
+class ClassifiedTool(Tool):
+    """A Tool whose argument errors (unknown names, wrong types, broken bounds) come back classified."""
+
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        model = self.fn_metadata.arg_model
+        allowed = {field.alias or key for key, field in model.model_fields.items()}
+        unknown = sorted(set(arguments) - allowed)
+        request_id = _request_id_of(arguments)
+        if unknown:
+            return error_result(InvalidInput(f"{unknown[0]}: unknown argument; {self.name} takes "
+                                             f"{', '.join(sorted(allowed))}", field=unknown[0]), request_id)
+        try:
+            self.fn_metadata.validate_arguments(arguments)
+        except ValidationError as exc:
+            return error_result(invalid_from(exc), request_id)
+        return await super().run(arguments, context, convert_result=convert_result)
+
+
+def invalid_from(exc: ValidationError) -> InvalidInput:
+    """The first broken rule, naming the field (``episodes.2.content``) and the rule."""
+    err = exc.errors()[0]
+    field = ".".join(str(part) for part in err["loc"]) or "arguments"
+    return InvalidInput(f"{field}: {err['msg']}", field=field)
+
+
+def _request_id_of(arguments: dict[str, Any]) -> str | None:
+    lineage = arguments.get("request_context")
+    value = lineage.get("request_id") if isinstance(lineage, dict) else None
+    return value if isinstance(value, str) else None
+

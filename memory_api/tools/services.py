@@ -1,0 +1,153 @@
+"""The front's process-wide resources, made once at start (lifespan) and shared by every call.
+
+Engine, Reader, the embedding model (loaded at start so the first call is fast), the token counter, the
+reference bumper and the broker publisher. Also the per-tool request metrics that /metrics exports.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError, OperationalError, TimeoutError as PoolTimeout
+
+from shared import db
+from shared.config import Settings
+from shared.errors import ButlerError, IntegrityViolation, Unavailable
+from shared.reads import Reader
+from shared.references import ReferenceBumper
+from shared.tenancy import Principal, ensure_tenant
+
+log = logging.getLogger("memory_butler.api")
+
+T = TypeVar("T")
+# Connections per front: 8 pooled + 16 overflow. Threads doing DB work are capped at the same 24, so a burst
+# waits for a thread (bounded by the call's deadline) instead of queueing on the pool.
+POOL_SIZE = 8
+DB_THREADS = 24
+CONNECT_TIMEOUT_S = 2
+
+
+@dataclass
+class Services:
+    """Filled by :meth:`open` at start; tools reach it as the MCP lifespan context."""
+
+    settings: Settings
+    database_url: str
+    stdio_principal: Principal | None = None   # the caller when serving stdio (no tokens there)
+    engine: Engine | None = None
+    reader: Reader | None = None
+    bumper: ReferenceBumper | None = None
+    publisher: Any = None                       # memory_workers.enqueue.Publisher
+    limiter: anyio.CapacityLimiter | None = None
+    metrics: ToolMetrics = field(default_factory=lambda: ToolMetrics())
+
+    def open(self) -> None:
+        """Create every resource (blocking: loads the model); called once per process."""
+        from shared.embedding import get_embedder, get_token_counter
+
+        self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S)
+        embedder = get_embedder()
+        self.bumper = ReferenceBumper(self.engine)
+        self.reader = Reader(engine=self.engine, settings=self.settings, embed=embedder.embed_one,
+                             count_tokens=get_token_counter().count, bumper=self.bumper)
+        self.publisher = _publisher(self.settings)
+        if self.stdio_principal is not None:
+            with db.unit_of_work(self.engine) as conn:
+                ensure_tenant(conn, tenant_id=self.stdio_principal.tenant_id)
+        log.info("front resources ready", extra={"pool_size": POOL_SIZE, "db_threads": DB_THREADS})
+
+    def close(self) -> None:
+        for closer in (getattr(self.publisher, "close", None), self.bumper and self.bumper.close):
+            if closer is not None:
+                try:
+                    closer()
+                except Exception:  # noqa: BLE001 - shutting down: log and go on closing the rest
+                    log.warning("closing a front resource failed", exc_info=True)
+        if self.engine is not None:
+            self.engine.dispose()
+
+    @asynccontextmanager
+    async def lifespan(self, _server: Any) -> AsyncIterator[Services]:
+        """The MCP server's lifespan: open at start, close at stop; yields itself as the lifespan context."""
+        self.limiter = anyio.CapacityLimiter(DB_THREADS)
+        await anyio.to_thread.run_sync(self.open)
+        try:
+            yield self
+        finally:
+            await anyio.to_thread.run_sync(self.close)
+
+    async def in_thread(self, fn: Callable[[], T], *, deadline: float) -> T:
+        """Blocking work in a worker thread, abandoned after ``deadline`` seconds: a caller never hangs."""
+        assert self.limiter is not None, "Services.lifespan has not run"
+        try:
+            with anyio.fail_after(deadline):
+                return await anyio.to_thread.run_sync(_classified(fn), abandon_on_cancel=True, limiter=self.limiter)
+        except TimeoutError:
+            raise Unavailable(f"database did not answer within {deadline:.1f}s") from None
+
+
+def _publisher(settings: Settings) -> Any:
+    """The broker wake-up publisher (a background thread; wake_apply never waits for Redis)."""
+    from memory_workers.enqueue import Publisher  # the workers' enqueue surface is all the front may import
+
+    return Publisher(settings)
+
+
+def classify_db_error(exc: Exception) -> ButlerError | None:
+    """Database trouble as a classified error: unreachable/slow → Unavailable; a refused row → IntegrityViolation."""
+    if isinstance(exc, (OperationalError, PoolTimeout)):
+        return Unavailable(f"database unavailable: {type(exc).__name__}")
+    if isinstance(exc, IntegrityError):
+        return IntegrityViolation(f"refused by the database: {str(exc.orig).splitlines()[0]}")
+    return None
+
+
+def _classified(fn: Callable[[], T]) -> Callable[[], T]:
+    def run() -> T:
+        try:
+            return fn()
+        except ButlerError:
+            raise
+        except Exception as exc:
+            error = classify_db_error(exc)
+            if error is None:
+                raise
+            raise error from exc
+    return run
+
+
+class ToolMetrics:
+    """Calls and latency per tool and outcome, for /metrics (this process only; Prometheus sums the fronts)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[tuple[str, str], int] = defaultdict(int)
+        self._seconds: dict[str, float] = defaultdict(float)
+        self._count: dict[str, int] = defaultdict(int)
+
+    def observe(self, tool: str, outcome: str, seconds: float) -> None:
+        with self._lock:
+            self._calls[(tool, outcome)] += 1
+            self._seconds[tool] += seconds
+            self._count[tool] += 1
+
+    def prometheus_text(self) -> str:
+        with self._lock:
+            calls, seconds, count = dict(self._calls), dict(self._seconds), dict(self._count)
+        lines = ["# HELP memory_butler_tool_calls_total Tool calls by tool and outcome (ok, degraded, error class).",
+                 "# TYPE memory_butler_tool_calls_total counter"]
+        lines += [f'memory_butler_tool_calls_total{{tool="{t}",outcome="{o}"}} {n}' for (t, o), n in sorted(calls.items())]
+        lines += ["# HELP memory_butler_tool_seconds Time spent serving tool calls.",
+                  "# TYPE memory_butler_tool_seconds summary"]
+        for tool in sorted(count):
+            lines += [f'memory_butler_tool_seconds_sum{{tool="{tool}"}} {seconds[tool]:.6f}',
+                      f'memory_butler_tool_seconds_count{{tool="{tool}"}} {count[tool]}']
+        return "\n".join(lines) + "\n"

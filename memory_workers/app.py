@@ -1,0 +1,154 @@
+"""The Celery app: Redis as the broker (no result backend), at-least-once delivery, routing by shard key.
+
+Delivery is at-least-once and never lossy: a message is acknowledged only after its task ran
+(``task_acks_late``), a worker process that dies puts its message back (``task_reject_on_worker_lost``), and
+Redis hands an unacknowledged message to another worker only after ``visibility_timeout``, which is longer
+than any task may run. Duplicates are harmless because every task is idempotent in Postgres.
+
+The configuration is built from :class:`shared.config.Settings` by :func:`celery_config`; tests (and
+``memory-butler up``) point it elsewhere with ``REDIS_URL``/``DATABASE_URL`` or :func:`configure`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery
+from celery.signals import setup_logging, worker_process_init
+
+from shared.config import Settings, get_settings
+from shared.logs import configure_logging
+from shared.sharding import MAINTENANCE_QUEUE, queue_for
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+APPLY_TASK = "memory.apply_writes"
+CONSOLIDATE_TASK = "memory.consolidate"
+# Tasks whose payload is one shard key {tenant_id, butler}: they run on that key's shard queue.
+PER_KEY_TASKS = frozenset({APPLY_TASK, CONSOLIDATE_TASK})
+TASK_MODULES = ("memory_workers.tasks.ingest", "memory_workers.tasks.consolidate", "memory_workers.tasks.maintenance")
+SCHEDULE_MODULE = "memory_workers.schedule"
+# Loading the embedding model in a fresh pool process takes ~5 s on 2 cores; Celery's default (4 s) would
+# kill the process as "not up" while it is still loading.
+PROCESS_UP_TIMEOUT_S = 120.0
+# On a cold shutdown, running tasks get this long to finish before they are cancelled (and requeued).
+SOFT_SHUTDOWN_S = 30.0
+
+_settings: Settings | None = None
+
+
+def redis_url(settings: Settings) -> str:
+    return settings.redis_url or DEFAULT_REDIS_URL
+
+
+def soft_time_limit(hard_limit: int) -> int:
+    """The soft limit leaves a task a tenth of its time (at least 5 s) to stop cleanly."""
+    return max(hard_limit - max(5, hard_limit // 10), 1)
+
+
+def visibility_timeout(hard_limit: int) -> int:
+    """Redis redelivers an unacknowledged message after this: longer than any task may run, with a margin."""
+    return hard_limit * 2 + 60
+
+
+def shard_router(shard_count: int) -> Callable[..., dict[str, str]]:
+    """A Celery router: per-key tasks to their shard queue (from the payload), everything else to maintenance."""
+
+    def route(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **_: Any) -> dict[str, str]:
+        if name in PER_KEY_TASKS:
+            key = dict(kwargs or {})
+            if "tenant_id" not in key and args and len(args) >= 2:
+                key = {"tenant_id": args[0], "butler": args[1]}
+            return {"queue": queue_for(key["tenant_id"], key["butler"], shard_count)}
+        return {"queue": MAINTENANCE_QUEUE}
+
+    return route
+
+
+def schedule_config(settings: Settings) -> dict[str, Any]:
+    """Beat's schedule and scheduler settings from memory_workers.schedule; none while that module is absent."""
+    try:
+        module = importlib.import_module(SCHEDULE_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != SCHEDULE_MODULE:
+            raise
+        log.warning("no beat schedule: %s is not installed", SCHEDULE_MODULE)
+        return {}
+    beat_config = getattr(module, "beat_config", None)
+    return {**(beat_config(settings) if beat_config else {}), "beat_schedule": module.beat_schedule(settings)}
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The whole Celery configuration for ``settings``."""
+    limit = settings.workers.task_time_limit_seconds
+    return {
+        "broker_url": redis_url(settings),
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {
+            "visibility_timeout": visibility_timeout(limit),
+            # Bounded socket waits: a half-open broker connection is noticed instead of hanging a publish.
+            "socket_connect_timeout": 3,
+            "socket_timeout": 15,
+        },
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_time_limit": limit,
+        "task_soft_time_limit": soft_time_limit(limit),
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "event_serializer": "json",
+        "task_routes": (shard_router(settings.workers.shard_count),),
+        "task_default_queue": MAINTENANCE_QUEUE,
+        "task_send_sent_event": True,
+        "worker_send_task_events": True,
+        # One message per process at a time: a long consolidation never sits on messages others could run.
+        "worker_prefetch_multiplier": 1,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_soft_shutdown_timeout": SOFT_SHUTDOWN_S,
+        "worker_proc_alive_timeout": PROCESS_UP_TIMEOUT_S,
+        "include": list(TASK_MODULES),
+        "timezone": "UTC",
+        "enable_utc": True,
+        **schedule_config(settings),
+    }
+
+
+def configure(celery_app: Celery, settings: Settings) -> None:
+    """(Re)configure the app for ``settings``; call it before the app opens broker connections."""
+    global _settings
+    _settings = settings
+    celery_app.conf.update(celery_config(settings))
+    # Drop pooled broker connections made for an earlier configuration (tests reconfigure the app).
+    celery_app._pool = None  # noqa: SLF001
+    amqp = celery_app.__dict__.get("amqp")
+    if amqp is not None:
+        amqp._producer_pool = None  # noqa: SLF001
+
+
+def current_settings() -> Settings:
+    """The settings the app was configured with."""
+    return _settings if _settings is not None else get_settings()
+
+
+app = Celery("memory_butler")
+configure(app, get_settings())
+
+
+@setup_logging.connect
+def _json_logs(**_: Any) -> None:
+    """Worker logs as JSON lines like the rest of the project (Celery does not install its own format)."""
+    configure_logging(current_settings().log_level)
+
+
+@worker_process_init.connect
+def _init_process(**_: Any) -> None:
+    """Each pool process builds its engine, embedder and extractor once (never inherited across fork)."""
+    from memory_workers.tasks import build_runtime, install_runtime
+
+    install_runtime(build_runtime(current_settings()))

@@ -1,0 +1,174 @@
+"""The only surface the front imports: wake the worker of a shard key, by task name, never waiting long on Redis.
+
+A wake-up carries only the shard key (``{"tenant_id", "butler"}``); the work itself is already durable in
+Postgres. A lost wake-up is therefore harmless: the redelivery and backlog sweeps send it again. That is why
+:func:`wake_apply` may fail fast with :class:`Unavailable`, and why :class:`Publisher` may drop wake-ups when
+Redis is down instead of making a caller wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis
+from kombu import Connection
+from kombu.exceptions import KombuError
+
+from memory_workers.app import APPLY_TASK, CONSOLIDATE_TASK, app, current_settings, redis_url
+from shared.config import Settings
+from shared.errors import Unavailable
+from shared.sharding import queue_for
+
+log = logging.getLogger(__name__)
+
+# A local Redis answers in well under a millisecond; these bound the wait when it is down or unreachable.
+CONNECT_TIMEOUT_S = 1.0
+SOCKET_TIMEOUT_S = 2.0
+# Distinct keys a Publisher holds while Redis is down; more are dropped (the sweeps re-send them).
+MAX_PENDING = 100_000
+MAX_BACKOFF_S = 30.0
+
+
+def payload(tenant_id: str, butler: str) -> dict[str, str]:
+    """The whole message body of a per-key task: ids only, JSON-safe (HOUSE_RULES rule 4)."""
+    return {"tenant_id": tenant_id, "butler": butler}
+
+
+def connect(settings: Settings) -> Connection:
+    """A broker connection for publishing that gives up after about a second instead of retrying."""
+    return app.connection_for_write(
+        url=redis_url(settings), connect_timeout=CONNECT_TIMEOUT_S,
+        transport_options={"socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_timeout": SOCKET_TIMEOUT_S,
+                           "max_retries": 0},
+    )
+
+
+def publish(task_name: str, tenant_id: str, butler: str, *, settings: Settings | None = None,
+            connection: Connection | None = None) -> None:
+    """Send ``task_name`` for one shard key to its shard queue, once, or raise Unavailable."""
+    settings = settings or current_settings()
+    queue = queue_for(tenant_id, butler, settings.workers.shard_count)
+    try:
+        if connection is not None:
+            _send(connection, task_name, tenant_id, butler, queue)
+            return
+        with connect(settings) as conn:
+            _send(conn, task_name, tenant_id, butler, queue)
+    except (KombuError, redis.RedisError, OSError) as exc:
+        raise Unavailable(f"broker unavailable, {task_name} for {tenant_id}/{butler} not sent: {exc}") from exc
+
+
+def _send(conn: Connection, task_name: str, tenant_id: str, butler: str, queue: str) -> None:
+    app.send_task(task_name, kwargs=payload(tenant_id, butler), queue=queue, producer=app.amqp.Producer(conn),
+                  retry=False, ignore_result=True)
+
+
+def wake_apply(tenant_id: str, butler: str, *, settings: Settings | None = None) -> None:
+    """Ask a worker to apply the key's pending write intents (after the intents committed)."""
+    publish(APPLY_TASK, tenant_id, butler, settings=settings)
+
+
+def wake_consolidate(tenant_id: str, butler: str, *, settings: Settings | None = None) -> None:
+    """Ask a worker to consolidate the key's eligible episodes."""
+    publish(CONSOLIDATE_TASK, tenant_id, butler, settings=settings)
+
+
+class Publisher:
+    """Publishes wake-ups from a background thread so the accept path never waits on Redis.
+
+    Wake-ups for one (task, key) coalesce while they wait: a burst of 500 writes to one key sends one or two
+    messages. When Redis fails, the round's remaining wake-ups are dropped and logged, and the thread backs
+    off; the redelivery sweep re-sends what was lost.
+    """
+
+    def __init__(self, settings: Settings | None = None, *, max_pending: int = MAX_PENDING) -> None:
+        self._settings = settings or current_settings()
+        self._max_pending = max_pending
+        self._pending: dict[tuple[str, str, str], None] = {}  # an ordered set: oldest wake-up first
+        self._cond = threading.Condition()
+        self._busy = False
+        self._closed = False
+        self._backoff = 0.0
+        self._conn: Connection | None = None
+        self.stats = {"published": 0, "coalesced": 0, "dropped": 0, "failed": 0}
+        self._thread = threading.Thread(target=self._run, name="memory-wake-publisher", daemon=True)
+        self._thread.start()
+
+    def wake_apply(self, tenant_id: str, butler: str) -> None:
+        """Queue an apply wake-up for the key; returns at once."""
+        self._offer((APPLY_TASK, tenant_id, butler))
+
+    def wake_consolidate(self, tenant_id: str, butler: str) -> None:
+        """Queue a consolidation wake-up for the key; returns at once."""
+        self._offer((CONSOLIDATE_TASK, tenant_id, butler))
+
+    def _offer(self, item: tuple[str, str, str]) -> None:
+        with self._cond:
+            if item in self._pending:
+                self.stats["coalesced"] += 1
+            elif self._closed or len(self._pending) >= self._max_pending:
+                self.stats["dropped"] += 1
+            else:
+                self._pending[item] = None
+                self._cond.notify()
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued wake-up was published (or dropped); False if ``timeout`` passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Publish what is queued (within ``timeout``), then stop the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self._closed)
+                if not self._pending:
+                    break
+                batch = list(self._pending)
+                self._pending.clear()
+                self._busy = True
+            self._publish_round(batch)
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+                if self._backoff:
+                    self._cond.wait_for(lambda: self._closed, self._backoff)
+        self._drop_connection()
+
+    def _publish_round(self, batch: list[tuple[str, str, str]]) -> None:
+        for done, (task_name, tenant_id, butler) in enumerate(batch):
+            try:
+                if self._conn is None:
+                    self._conn = connect(self._settings)
+                publish(task_name, tenant_id, butler, settings=self._settings, connection=self._conn)
+            except Unavailable as exc:
+                self._drop_connection()
+                lost = len(batch) - done
+                self.stats["failed"] += lost
+                self._backoff = min(max(self._backoff * 2, 0.5), MAX_BACKOFF_S)
+                log.warning("wake-ups not published; the redelivery sweep will re-send them",
+                            extra={"lost": lost, "retry_in_s": self._backoff, "error": str(exc)})
+                return
+            self.stats["published"] += 1
+            self._backoff = 0.0
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.release()
+            except Exception:  # noqa: BLE001 - a broken connection may fail to close; it is garbage either way
+                log.debug("closing a broken broker connection failed", exc_info=True)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters for /metrics and tests."""
+        with self._cond:
+            return {**self.stats, "pending": len(self._pending)}

@@ -1,0 +1,341 @@
+"""Consolidation against the database: the key's lock, which episodes are due, and applying one run.
+
+A *batch* is the oldest due episodes of one (tenant, butler), in seq order: pending ones, and failed ones whose
+retry time has come (see :mod:`shared.consolidation_plan` for its identity and the pure planning). A run is
+applied in one transaction that first re-reads the batch under row locks: if anybody consolidated or changed
+it since it was read, or its idempotency key is already recorded, nothing is written (:class:`StaleBatch`).
+Every episode of an applied batch ends in exactly one of consolidated, failed (with a retry time) or
+dead_letter. Functions taking a Connection never commit; the worker's task owns the transactions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, Engine, bindparam, exists, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import DBAPIError
+
+from shared import repository as repo
+from shared import writes
+from shared.config import Settings
+from shared.consolidation_plan import Batch, DueEpisode, Plan
+from shared.embedding import ModelVersion
+from shared.errors import ButlerError
+from shared.extraction import KnownFact, KnownRule
+from shared.lifecycle import check_transition, consolidation_outcome
+from shared.models import consolidation_runs, episodes, facts, rules
+from shared.scoring import backoff_seconds
+from shared.sharding import ShardKey
+from shared.writes import ALL, Actor
+
+log = logging.getLogger(__name__)
+
+# The known memory shown to an extractor is bounded so a prompt stays a prompt: the most recently confirmed
+# facts and rules. A fact outside the window is still superseded by store_fact (same key); it is only not
+# *confirmed* when said again.
+KNOWN_FACTS_LIMIT = 500
+KNOWN_RULES_LIMIT = 200
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for last_error columns: a database error without its SQL and parameters (embeddings!)."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        detail = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else ""
+        return f"{type(exc.orig).__name__}: {detail}"[:2000]
+    message = exc.message if isinstance(exc, ButlerError) else str(exc)
+    return f"{type(exc).__name__}: {message}"[:2000]
+
+
+# --- the lock -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def key_lock(engine: Engine, *, tenant_id: str, butler: str) -> Iterator[bool]:
+    """Hold the key's consolidation lock for the block (a session advisory lock); False at once if it is taken.
+
+    A session lock, not a transaction lock: it must also cover the extractor call, which runs outside any
+    transaction (an LLM may take minutes; an idle-in-transaction connection would hold back vacuum).
+    Postgres releases it by itself if this process dies.
+    """
+    key = ShardKey(tenant_id, butler).advisory_lock_key()
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar_one())
+        try:
+            yield got
+        finally:
+            if got:
+                try:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                except Exception:  # noqa: BLE001 - never return a connection that may still hold the lock
+                    log.warning("advisory unlock failed; closing the connection", exc_info=True)
+                    conn.invalidate()
+
+
+def _due(tenant_id: str, butler: str, now: datetime) -> Any:
+    return (
+        (episodes.c.tenant_id == tenant_id) & (episodes.c.butler == butler)
+        & or_(episodes.c.consolidation_status == "pending",
+              (episodes.c.consolidation_status == "failed") & (episodes.c.next_consolidation_retry_at <= now))
+    )
+
+
+def fetch_batch(conn: Connection, *, tenant_id: str, butler: str, limit: int, now: datetime) -> Batch | None:
+    """The key's oldest ``limit`` due episodes and its known facts and rules; None when nothing is due."""
+    started_at = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+    rows = conn.execute(
+        select(episodes.c.id, episodes.c.seq, episodes.c.content, episodes.c.created_at, episodes.c.importance,
+               episodes.c.consolidation_status, episodes.c.consolidation_attempts,
+               episodes.c.forgotten_at.is_not(None).label("forgotten"))
+        .where(_due(tenant_id, butler, now)).order_by(episodes.c.seq).limit(limit)
+    ).all()
+    if not rows:
+        return None
+    return Batch(tenant_id, butler, tuple(DueEpisode(*row) for row in rows),
+                 tuple(_known_facts(conn, tenant_id, butler)), tuple(_known_rules(conn, tenant_id, butler)), started_at)
+
+
+def has_due(conn: Connection, *, tenant_id: str, butler: str, now: datetime) -> bool:
+    return bool(conn.execute(select(exists().where(_due(tenant_id, butler, now)))).scalar_one())
+
+
+def _known_facts(conn: Connection, tenant_id: str, butler: str) -> list[KnownFact]:
+    rows = conn.execute(
+        select(facts.c.id, facts.c.subject, facts.c.predicate, facts.c.content, facts.c.permanence, facts.c.scope)
+        .where(facts.c.tenant_id == tenant_id, facts.c.scope.in_(("global", butler)),
+               facts.c.validity.in_(("active", "fading")))
+        .order_by(facts.c.last_confirmed_at.desc(), facts.c.id).limit(KNOWN_FACTS_LIMIT)
+    ).mappings()
+    return [KnownFact(**{**r, "id": str(r["id"])}) for r in rows]
+
+
+def _known_rules(conn: Connection, tenant_id: str, butler: str) -> list[KnownRule]:
+    rows = conn.execute(
+        select(rules.c.id, rules.c.content, rules.c.scope, rules.c.maturity)
+        .where(rules.c.tenant_id == tenant_id, rules.c.scope.in_(("global", butler)),
+               rules.c.validity.in_(("active", "fading")))
+        .order_by(rules.c.last_confirmed_at.desc(), rules.c.id).limit(KNOWN_RULES_LIMIT)
+    ).mappings()
+    return [KnownRule(**{**r, "id": str(r["id"])}) for r in rows]
+
+
+def still_due(conn: Connection, batch: Batch) -> bool:
+    """Lock the batch's episodes and confirm nobody consolidated or changed them since the batch was read."""
+    ids = [e.id for e in batch.episodes]
+    current = {r.id: (r.consolidation_status, r.consolidation_attempts) for r in conn.execute(
+        select(episodes.c.id, episodes.c.consolidation_status, episodes.c.consolidation_attempts)
+        .where(episodes.c.id.in_(ids)).order_by(episodes.c.id).with_for_update()
+    )}
+    if current != {e.id: (e.status, e.attempts) for e in batch.episodes}:
+        return False
+    return not conn.execute(select(exists().where(
+        consolidation_runs.c.tenant_id == batch.tenant_id,
+        consolidation_runs.c.idempotency_key == batch.idempotency_key,
+    ))).scalar_one()
+
+
+
+
+# --- applying a run -----------------------------------------------------------------------------
+
+
+class StaleBatch(Exception):
+    """The batch was consolidated or changed since it was read: nothing was applied."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    episode_id: uuid.UUID
+    error: str
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Who applies a run, with which extractor and embedding model, and when; ``jitter`` spreads retries."""
+
+    settings: Settings
+    worker: str  # the actor name, "worker:<celery hostname>"
+    extractor: str
+    embedding: ModelVersion
+    now: datetime
+    jitter: Callable[[], float]
+
+    @property
+    def actor(self) -> Actor:
+        return Actor(self.worker)
+
+
+def apply_run(conn: Connection, *, batch: Batch, plans: Sequence[Plan], vectors: np.ndarray,
+              failures: Sequence[Failure], ctx: RunContext, isolate: bool) -> dict[str, Any]:
+    """Apply a batch's plans and failures; ``vectors`` holds every plan's texts() embeddings, in order.
+
+    With ``isolate``, a plan the database refuses rolls back to a savepoint and its episodes fail; without it
+    the error propagates, so the caller can retry the batch one episode at a time. Raises StaleBatch.
+    """
+    if not still_due(conn, batch):
+        raise StaleBatch(batch.idempotency_key)
+    version_id = repo.embedding_version_id(conn, ctx.embedding)
+    counts: Counter[str] = Counter()
+    failures = list(failures)
+    offset = 0
+    for plan in plans:
+        size = len(plan.texts())
+        plan_vectors, offset = vectors[offset:offset + size], offset + size
+        if not isolate:
+            counts.update(apply_plan(conn, batch=batch, plan=plan, vectors=plan_vectors, version_id=version_id, ctx=ctx))
+            continue
+        try:
+            with conn.begin_nested():
+                counts.update(apply_plan(conn, batch=batch, plan=plan, vectors=plan_vectors, version_id=version_id,
+                                         ctx=ctx))
+        except Exception as exc:  # noqa: BLE001 - a refused plan fails its own episodes, not the batch
+            failures += [Failure(e, describe_error(exc)) for e in plan.episode_ids]
+    counts.update(settle_episodes(conn, batch=batch, failures=failures, ctx=ctx))
+    run_id = record_run(conn, batch=batch, counts=counts, failures=failures, ctx=ctx)
+    return {**counts, "run_id": str(run_id), "idempotency_key": batch.idempotency_key}
+
+
+def apply_plan(conn: Connection, *, batch: Batch, plan: Plan, vectors: np.ndarray, version_id: int | None,
+               ctx: RunContext) -> Counter[str]:
+    """Store one plan's facts and rules, confirm and contradict, and link everything to its episodes."""
+    counts: Counter[str] = Counter()
+    links: list[dict[str, Any]] = []
+    for planned, vector in zip(plan.facts, vectors[:len(plan.facts)], strict=True):
+        result = writes.store_fact(conn, tenant_id=batch.tenant_id, fact_id=planned.id, write=planned.write,
+                                   vector=vector, embedding_version_id=version_id, source_butler=batch.butler,
+                                   actor=ctx.actor, now=ctx.now)
+        replaced = result.get("superseded", [])
+        counts["facts"] += 1
+        counts["superseded"] += len(replaced)
+        if planned.supersedes and str(planned.supersedes) not in replaced:
+            counts["superseded"] += _supersede(conn, batch=batch, old=planned.supersedes, new=planned.id,
+                                               point=not replaced, ctx=ctx)
+        links += [_link(batch, ctx, "fact", planned.id, "episode", e, "derived_from") for e in planned.sources]
+    for planned, vector in zip(plan.rules, vectors[len(plan.facts):], strict=True):
+        writes.store_rule(conn, tenant_id=batch.tenant_id, rule_id=planned.id, write=planned.write, vector=vector,
+                          embedding_version_id=version_id, source_butler=batch.butler, actor=ctx.actor, now=ctx.now,
+                          rules=ctx.settings.memory.rules)
+        counts["rules"] += 1
+        links += [_link(batch, ctx, "rule", planned.id, "episode", e, "derived_from") for e in planned.sources]
+        links += [_link(batch, ctx, "fact", f, "rule", planned.id, "supports") for f in planned.supported_by]
+    links += _feedback(conn, batch=batch, plan=plan, ctx=ctx, counts=counts)
+    repo.add_links(conn, links)
+    counts["links"] += len(links)
+    return counts
+
+
+def _feedback(conn: Connection, *, batch: Batch, plan: Plan, ctx: RunContext, counts: Counter[str]) -> list[dict]:
+    """Confirmations (episode supports the memory) and contradictions (episode contradicts a fact)."""
+    links = []
+    for kind, target, sources in plan.confirmations:
+        try:
+            with conn.begin_nested():
+                writes.confirm(conn, tenant_id=batch.tenant_id, kind=kind, entity_id=target, visibility=ALL,
+                               actor=ctx.actor, now=ctx.now)
+        except ButlerError as exc:  # gone, superseded meanwhile, or a second active fact: nothing to confirm
+            counts["confirmations_skipped"] += 1
+            log.info("confirmation skipped", extra={"kind": kind, "id": str(target), "error": exc.message})
+            continue
+        counts["confirmed"] += 1
+        links += [_link(batch, ctx, "episode", e, kind, target, "supports") for e in sources]
+    events = []
+    for fact_id, sources, note in plan.contradictions:
+        counts["contradicted"] += 1
+        links += [_link(batch, ctx, "episode", e, "fact", fact_id, "contradicts") for e in sources]
+        events.append({"tenant_id": batch.tenant_id, "event_type": "fact.contradicted", "entity_type": "fact",
+                       "entity_id": fact_id, "actor": ctx.worker, "request_id": None,
+                       "payload": {"episodes": [str(e) for e in sources], "note": note}})
+    repo.record_events(conn, events)
+    return links
+
+
+def _supersede(conn: Connection, *, batch: Batch, old: uuid.UUID, new: uuid.UUID, point: bool,
+               ctx: RunContext) -> int:
+    """Supersede a fact of another key that the extractor says ``new`` replaces; 0 if it is no longer current."""
+    row = repo.get_row(conn, kind="fact", tenant_id=batch.tenant_id, entity_id=old, lock=True)
+    if row is None or row["validity"] not in ("active", "fading"):
+        return 0
+    check_transition("fact", row["validity"], "superseded")
+    repo.update_row(conn, kind="fact", entity_id=old,
+                    values={"validity": "superseded", "superseded_by_id": new, "superseded_at": ctx.now})
+    if point:  # the new fact's supersedes_id is free (store_fact replaced nothing of its own key)
+        repo.update_row(conn, kind="fact", entity_id=new, values={"supersedes_id": old})
+    repo.add_links(conn, [_link(batch, ctx, "fact", new, "fact", old, "supersedes")])
+    repo.record_event(conn, tenant_id=batch.tenant_id, event_type="fact.superseded", entity_type="fact",
+                      entity_id=old, actor=ctx.worker, request_id=None, payload={"superseded_by": str(new)})
+    return 1
+
+
+def _link(batch: Batch, ctx: RunContext, source_type: str, source_id: uuid.UUID, target_type: str,
+          target_id: uuid.UUID, relation: str) -> dict[str, Any]:
+    return {"tenant_id": batch.tenant_id, "source_type": source_type, "source_id": source_id,
+            "target_type": target_type, "target_id": target_id, "relation": relation, "created_at": ctx.now}
+
+
+def settle_episodes(conn: Connection, *, batch: Batch, failures: Sequence[Failure], ctx: RunContext) -> Counter[str]:
+    """Move every episode of the batch to consolidated, failed (retry time set) or dead_letter."""
+    failed = {f.episode_id: f.error for f in failures}
+    done = [e for e in batch.episodes if e.id not in failed]
+    for status in {e.status for e in done}:
+        check_transition("episode", status, "consolidated")
+    if done:
+        conn.execute(update(episodes).where(episodes.c.id.in_([e.id for e in done])).values(
+            consolidation_status="consolidated", next_consolidation_retry_at=None, last_consolidation_error=None))
+    events = [_episode_event(batch, ctx, e.id, "episode.consolidated", {"run": batch.idempotency_key})
+              for e in done]
+    rows = [_failure_row(e, failed[e.id], ctx) for e in batch.episodes if e.id in failed]
+    if rows:
+        conn.execute(update(episodes).where(episodes.c.id == bindparam("b_id")).values(
+            consolidation_status=bindparam("b_status"), consolidation_attempts=bindparam("b_attempts"),
+            last_consolidation_error=bindparam("b_error"), next_consolidation_retry_at=bindparam("b_retry_at")), rows)
+    events += [_episode_event(batch, ctx, r["b_id"], f"episode.{'dead_lettered' if r['b_status'] == 'dead_letter' else 'consolidation_failed'}",
+                              {"attempts": r["b_attempts"], "error": r["b_error"],
+                               "retry_at": r["b_retry_at"].isoformat() if r["b_retry_at"] else None}) for r in rows]
+    repo.record_events(conn, events)
+    return Counter({"consolidated": len(done), **Counter(r["b_status"] for r in rows)})
+
+
+def _failure_row(episode: DueEpisode, error: str, ctx: RunContext) -> dict[str, Any]:
+    attempts = episode.attempts + 1
+    status = consolidation_outcome(attempts=attempts, max_attempts=ctx.settings.consolidation.max_attempts)
+    check_transition("episode", episode.status, status)
+    cfg = ctx.settings.consolidation
+    retry_at = ctx.now + timedelta(seconds=backoff_seconds(
+        attempt=attempts, base=cfg.backoff_base_seconds, cap=cfg.backoff_max_seconds, jitter=ctx.jitter(),
+    )) if status == "failed" else None
+    return {"b_id": episode.id, "b_status": status, "b_attempts": attempts, "b_error": error, "b_retry_at": retry_at}
+
+
+def _episode_event(batch: Batch, ctx: RunContext, episode_id: uuid.UUID, event_type: str,
+                   payload: dict[str, Any]) -> dict[str, Any]:
+    return {"tenant_id": batch.tenant_id, "event_type": event_type, "entity_type": "episode",
+            "entity_id": episode_id, "actor": ctx.worker, "request_id": None, "payload": payload}
+
+
+def record_run(conn: Connection, *, batch: Batch, counts: Counter[str], failures: Sequence[Failure],
+               ctx: RunContext) -> uuid.UUID:
+    """The consolidation_runs row (finished_at = clock_timestamp() at insert); its unique key is the last guard."""
+    outcome = "consolidated" if not failures else "failed" if len(failures) == len(batch.episodes) else "partial"
+    summary = {**counts, "errors": [f.error for f in failures[:5]]}
+    run_id = conn.execute(pg_insert(consolidation_runs).values(
+        tenant_id=batch.tenant_id, butler=batch.butler, idempotency_key=batch.idempotency_key,
+        extractor=ctx.extractor, first_seq=batch.episodes[0].seq, last_seq=batch.episodes[-1].seq,
+        episode_count=len(batch.episodes), outcome=outcome, started_at=batch.started_at, worker=ctx.worker,
+        summary=summary,
+    ).on_conflict_do_nothing(index_elements=["tenant_id", "idempotency_key"]).returning(consolidation_runs.c.id)
+    ).scalar_one_or_none()
+    if run_id is None:
+        raise StaleBatch(batch.idempotency_key)
+    repo.record_event(conn, tenant_id=batch.tenant_id, event_type="consolidation.run", entity_type="consolidation_run",
+                      entity_id=run_id, actor=ctx.worker, request_id=None,
+                      payload={"butler": batch.butler, "outcome": outcome, **summary})
+    return run_id

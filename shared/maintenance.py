@@ -1,0 +1,285 @@
+"""Daily sweeps, set-based: confidence decay (facts, rules), anti-pattern inversion and episode cleanup.
+
+Each batch is one SQL statement whose data-modifying CTEs change the rows and append their
+memory_events together, so a change without its audit row cannot commit. Functions taking a
+Connection never commit; the looping entry points run each batch in its own short transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, text
+
+from shared.config import FactSettings, RuleSettings, Settings
+from shared.lifecycle import ANTI_PATTERN_PREFIX, DEFAULT_HARM_REASON, check_transition
+
+log = logging.getLogger(__name__)
+
+# Measured with tests/bench/bench_decay.py (embedded PostgreSQL 18, 2 cores, schema indexes incl. HNSW):
+# see the numbers in BATCH_EVIDENCE below. Larger batches gain little and hold row locks longer.
+DECAY_BATCH = 5_000
+BATCH_EVIDENCE = "placeholder"
+# Episode rows are few per tenant (TTL + max_entries); a batch this size deletes in well under a second.
+CLEANUP_BATCH = 5_000
+NIL_ID = uuid.UUID(int=0)
+SWEEP_ACTOR = "decay_sweep"
+CLEANUP_ACTOR = "episode_cleanup"
+
+Kind = Literal["fact", "rule"]
+
+# Every state change a sweep makes; rule validity follows the fact validity machine (as writes.confirm does).
+SWEEP_TRANSITIONS: tuple[tuple[str, str, str], ...] = (
+    ("fact", "active", "fading"), ("fact", "active", "expired"), ("fact", "fading", "expired"),
+    ("rule", "candidate", "anti_pattern"), ("rule", "established", "anti_pattern"),
+    ("rule", "proven", "anti_pattern"),
+)
+for _machine, _from, _to in SWEEP_TRANSITIONS:  # fail at import, not at 3 a.m., if the tables change
+    check_transition(_machine, _from, _to)
+
+# confidence * exp(-rate * days); the exponent is capped because PostgreSQL raises on exp() underflow.
+EFFECTIVE = (
+    "{t}.confidence * exp(-least({t}.decay_rate * greatest(0, extract(epoch FROM "
+    "(CAST(:now AS timestamptz) - {t}.last_confirmed_at)) / 86400.0), 700))"
+)
+DECAYS = "({eff} < :expiry OR ({t}.validity = 'active' AND {eff} < :retrieval))"
+NEW_VALIDITY = "CASE WHEN {eff} < :expiry THEN 'expired' WHEN {t}.validity = 'active' AND {eff} < :retrieval " \
+               "THEN 'fading' ELSE {t}.validity END"
+PAGE = """page AS (
+    SELECT id, validity{extra} FROM {table}
+    WHERE id > CAST(:after_id AS uuid) AND validity IN ('active', 'fading') ORDER BY id LIMIT :batch)"""
+TAIL = """
+SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1) AS last_id, (SELECT count(*) FROM page) AS scanned,
+       (SELECT coalesce(jsonb_object_agg(event_type, n), '{{}}') FROM
+           (SELECT event_type, count(*) AS n FROM events GROUP BY event_type) c) AS changes"""
+
+FACT_SQL = "WITH " + PAGE.format(table="facts", extra="") + """,
+changed AS (
+    UPDATE facts f SET validity = {new_validity}
+    FROM page p WHERE f.id = p.id AND f.validity IN ('active', 'fading') AND {decays}
+    RETURNING f.id, f.tenant_id, p.validity AS from_state, f.validity AS to_state, {eff_f} AS eff),
+events AS (
+    INSERT INTO memory_events (tenant_id, event_type, entity_type, entity_id, actor, payload)
+    SELECT tenant_id, 'fact.' || to_state, 'fact', id, :actor, jsonb_build_object(
+        'from', from_state, 'to', to_state, 'effective_confidence', round(eff::numeric, 6))
+    FROM changed RETURNING event_type)""" + TAIL
+
+# The SQL twin of shared.lifecycle.anti_pattern_content: strip, drop trailing dots, lower a capitalised
+# first word, join the trimmed harmful reasons with "; " (oldest first) or fall back to the default.
+_BODY = "rtrim(rtrim(btrim(f.content, E' \\t\\n\\r\\f\\v'), '.'), E' \\t\\n\\r\\f\\v')"
+ANTI_PATTERN_SQL = f"""CASE WHEN upper(btrim(f.content, E' \\t\\n\\r\\f\\v')) LIKE '{ANTI_PATTERN_PREFIX}%'
+    THEN btrim(f.content, E' \\t\\n\\r\\f\\v')
+    ELSE '{ANTI_PATTERN_PREFIX} Do NOT ' || (SELECT CASE
+            WHEN length(b) >= 2 AND substr(b, 2, 1) <> upper(substr(b, 2, 1)) THEN lower(left(b, 1)) || substr(b, 2)
+            ELSE b END FROM (SELECT {_BODY} AS b) body)
+        || '. This caused problems because: ' || coalesce((
+            SELECT string_agg(btrim(a.reason), '; ' ORDER BY a.occurred_at, a.id) FROM rule_applications a
+            WHERE a.rule_id = f.id AND a.outcome = 'harmful' AND btrim(a.reason) <> ''),
+            '{DEFAULT_HARM_REASON}') END"""
+INVERTS = "(f.harmful_count >= :min_harmful AND f.effectiveness_score < :max_effectiveness " \
+          "AND f.maturity <> 'anti_pattern')"
+
+RULE_SQL = "WITH " + PAGE.format(table="rules", extra=", maturity") + """,
+changed AS (
+    UPDATE rules f SET validity = {new_validity},
+        maturity = CASE WHEN {inverts} THEN 'anti_pattern' ELSE f.maturity END,
+        content = CASE WHEN {inverts} THEN {anti} ELSE f.content END,
+        metadata = CASE WHEN {inverts} THEN f.metadata || jsonb_build_object('original_content', f.content)
+                   ELSE f.metadata END
+    FROM page p WHERE f.id = p.id AND f.validity IN ('active', 'fading') AND ({decays} OR {inverts})
+    RETURNING f.id, f.tenant_id, p.validity AS from_state, f.validity AS to_state, p.maturity AS from_maturity,
+              f.maturity AS to_maturity, f.content, {eff_f} AS eff),
+events AS (
+    INSERT INTO memory_events (tenant_id, event_type, entity_type, entity_id, actor, payload)
+    SELECT c.tenant_id, e.event_type, 'rule', c.id, :actor, e.payload FROM changed c CROSS JOIN LATERAL (VALUES
+        (CASE WHEN c.to_state <> c.from_state THEN 'rule.' || c.to_state END, jsonb_build_object(
+            'from', c.from_state, 'to', c.to_state, 'effective_confidence', round(c.eff::numeric, 6))),
+        (CASE WHEN c.to_maturity <> c.from_maturity THEN 'rule.inverted' END, jsonb_build_object(
+            'from', c.from_maturity, 'to', c.to_maturity, 'content', c.content))
+    ) AS e(event_type, payload) WHERE e.event_type IS NOT NULL
+    RETURNING event_type)""" + TAIL
+
+
+def _render(template: str, **extra: str) -> str:
+    eff_f = EFFECTIVE.format(t="f")
+    return template.format(
+        new_validity=NEW_VALIDITY.format(eff=eff_f, t="f"), decays=DECAYS.format(eff=eff_f, t="f"),
+        eff_f=eff_f, **extra,
+    )
+
+
+DECAY_STATEMENTS: dict[str, str] = {
+    "fact": _render(FACT_SQL),
+    "rule": _render(RULE_SQL, inverts=INVERTS, anti=ANTI_PATTERN_SQL),
+}
+
+
+def decay_sweep_batch(
+    conn: Connection, *, kind: Kind = "fact", after_id: uuid.UUID | None, batch: int, now: datetime,
+    facts_cfg: FactSettings, rules_cfg: RuleSettings,
+) -> tuple[uuid.UUID | None, dict[str, int]]:
+    """One statement: the next ``batch`` live rows after ``after_id`` move to their band, each with its event."""
+    harm = rules_cfg.harmful_to_antipattern
+    row = conn.execute(text(DECAY_STATEMENTS[kind]), {
+        "after_id": str(after_id or NIL_ID), "batch": batch, "now": now, "actor": SWEEP_ACTOR,
+        "retrieval": facts_cfg.retrieval_confidence_threshold, "expiry": facts_cfg.expiry_confidence_threshold,
+        "min_harmful": harm.min_harmful, "max_effectiveness": harm.max_effectiveness,
+    }).one()
+    summary = {f"{kind}s_scanned": row.scanned, **row.changes}
+    return row.last_id, summary
+
+
+def lock_key(name: str) -> int:
+    """A stable signed 64-bit advisory-lock key for a named sweep (blake2b, never hash())."""
+    return int.from_bytes(hashlib.blake2b(f"memory_butler:{name}".encode(), digest_size=8).digest(), "big", signed=True)
+
+
+@contextmanager
+def exclusive(engine: Engine, name: str) -> Iterator[bool]:
+    """Hold a session advisory lock for the block; yields False at once if another process holds it."""
+    with engine.connect() as conn:
+        got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_key(name)}).scalar_one()
+        conn.commit()
+        try:
+            yield bool(got)
+        finally:
+            if got:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_key(name)})
+                conn.commit()
+
+
+class _Progress:
+    """Logs at most every ``every`` seconds so a million-row sweep writes a handful of lines."""
+
+    def __init__(self, name: str, every: float = 10.0) -> None:
+        self.name, self.every, self.started = name, every, time.monotonic()
+        self.last = self.started
+
+    def tick(self, totals: Counter[str]) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            log.info("%s progress", self.name, extra=dict(totals))
+
+    def elapsed(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+
+def decay_sweep(engine: Engine, *, now: datetime, settings: Settings, batch: int = DECAY_BATCH) -> dict[str, Any]:
+    """Classify every live fact and rule once, a batch per transaction; a concurrent second run is skipped."""
+    with exclusive(engine, "decay_sweep") as got:
+        if not got:
+            return {"skipped": "already running"}
+        totals: Counter[str] = Counter()
+        progress = _Progress("decay_sweep")
+        for kind in ("fact", "rule"):
+            after: uuid.UUID | None = None
+            while True:
+                with engine.begin() as conn:
+                    after, summary = decay_sweep_batch(
+                        conn, kind=kind, after_id=after, batch=batch, now=now,
+                        facts_cfg=settings.memory.facts, rules_cfg=settings.memory.rules,
+                    )
+                totals.update({**summary, "batches": 1})
+                progress.tick(totals)
+                if summary[f"{kind}s_scanned"] < batch:  # a short page is the last one
+                    break
+        result = {**totals, "seconds": progress.elapsed()}
+        log.info("decay_sweep done", extra=result)
+        return result
+
+
+EXPIRED_SQL = """
+WITH victims AS (
+    SELECT id FROM episodes WHERE expires_at < :now ORDER BY expires_at LIMIT :batch FOR UPDATE SKIP LOCKED),
+deleted AS (DELETE FROM episodes e USING victims v WHERE e.id = v.id RETURNING e.tenant_id),
+events AS (
+    INSERT INTO memory_events (tenant_id, event_type, entity_type, actor, payload)
+    SELECT tenant_id, 'episodes.cleaned', 'episode', :actor,
+           jsonb_build_object('count', count(*), 'reason', 'expired')
+    FROM deleted GROUP BY tenant_id RETURNING 1)
+SELECT count(*) FROM deleted"""
+
+# Only consolidated episodes are evicted for capacity, oldest first, just enough to bring each tenant's
+# total down to max_entries; pending, failed and dead-letter episodes wait for their expiry.
+CAPACITY_SQL = """
+WITH over AS (
+    SELECT tenant_id, count(*) - :max_entries AS excess FROM episodes
+    GROUP BY tenant_id HAVING count(*) > :max_entries),
+ranked AS (
+    SELECT e.id, o.excess, row_number() OVER (PARTITION BY e.tenant_id ORDER BY e.created_at, e.id) AS rn
+    FROM episodes e JOIN over o USING (tenant_id) WHERE e.consolidation_status = 'consolidated'),
+victims AS (
+    SELECT id FROM episodes WHERE id IN (SELECT id FROM ranked WHERE rn <= excess ORDER BY rn LIMIT :batch)
+    FOR UPDATE SKIP LOCKED),
+deleted AS (DELETE FROM episodes e USING victims v WHERE e.id = v.id RETURNING e.tenant_id),
+events AS (
+    INSERT INTO memory_events (tenant_id, event_type, entity_type, actor, payload)
+    SELECT tenant_id, 'episodes.cleaned', 'episode', :actor,
+           jsonb_build_object('count', count(*), 'reason', 'capacity', 'max_entries', :max_entries)
+    FROM deleted GROUP BY tenant_id RETURNING 1)
+SELECT count(*) FROM deleted"""
+
+
+def delete_expired_batch(conn: Connection, *, now: datetime, batch: int) -> int:
+    """Delete up to ``batch`` episodes whose expires_at has passed, whatever their status; one event per tenant."""
+    return conn.execute(text(EXPIRED_SQL), {"now": now, "batch": batch, "actor": CLEANUP_ACTOR}).scalar_one()
+
+
+def evict_over_capacity_batch(conn: Connection, *, max_entries: int, batch: int) -> int:
+    """Delete up to ``batch`` of the oldest consolidated episodes of tenants holding more than ``max_entries``."""
+    return conn.execute(text(CAPACITY_SQL), {
+        "max_entries": max_entries, "batch": batch, "actor": CLEANUP_ACTOR,
+    }).scalar_one()
+
+
+def _drain(engine: Engine, step: Any, *, batch: int) -> tuple[int, int]:
+    """Run ``step(conn)`` in fresh transactions until it deletes less than a full batch; (rows, batches)."""
+    rows = batches = 0
+    while True:
+        with engine.begin() as conn:
+            n = step(conn)
+        rows, batches = rows + n, batches + 1
+        if n < batch:
+            return rows, batches
+
+
+def episode_cleanup(engine: Engine, *, now: datetime, settings: Settings, batch: int = CLEANUP_BATCH) -> dict[str, Any]:
+    """Expired episodes go, then the oldest consolidated beyond max_entries; unexpired unconsolidated ones stay."""
+    with exclusive(engine, "episode_cleanup") as got:
+        if not got:
+            return {"skipped": "already running"}
+        started = time.monotonic()
+        expired, b1 = _drain(engine, lambda c: delete_expired_batch(c, now=now, batch=batch), batch=batch)
+        max_entries = settings.memory.episodes.max_entries
+        evicted, b2 = _drain(
+            engine, lambda c: evict_over_capacity_batch(c, max_entries=max_entries, batch=batch), batch=batch,
+        )
+        result = {"expired_deleted": expired, "capacity_deleted": evicted, "batches": b1 + b2,
+                  "seconds": round(time.monotonic() - started, 3)}
+        log.info("episode_cleanup done", extra=result)
+        return result
+
+
+def claim_tick(conn: Connection, *, task: str, tick: str) -> int | None:
+    """Insert the (task, tick) run row; None when another process claimed this tick first."""
+    return conn.execute(text(
+        "INSERT INTO maintenance_runs (task, tick) VALUES (:task, :tick) ON CONFLICT (task, tick) DO NOTHING "
+        "RETURNING id"
+    ), {"task": task, "tick": tick}).scalar_one_or_none()
+
+
+def finish_run(conn: Connection, *, run_id: int, summary: dict[str, Any]) -> None:
+    """Record a claimed run's outcome for the dashboard."""
+    conn.execute(text(
+        "UPDATE maintenance_runs SET finished_at = clock_timestamp(), summary = CAST(:s AS jsonb) WHERE id = :id"
+    ), {"id": run_id, "s": json.dumps(summary, default=str)})

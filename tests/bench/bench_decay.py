@@ -1,0 +1,110 @@
+"""Decay-sweep throughput: bulk-load N facts (set-based), run shared.maintenance.decay_sweep, print rows/s.
+
+    python tests/bench/bench_decay.py --facts 1000000 [--batch 5000] [--database-url URL] [--keep]
+    python tests/bench/bench_decay.py --facts 200000 --batch 1000,5000,20000   # choose DECAY_BATCH
+
+Without --database-url it creates a throwaway database on the embedded PostgreSQL (.memory-butler/bench-pgdata).
+Confirm ages are uniform in [0, 60) days and permanence follows a plausible mix, so about a tenth of the
+facts change band on the first sweep. With several batch sizes, each size gets a fresh copy of the facts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import Engine, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from shared import maintenance  # noqa: E402
+from shared.config import load_settings  # noqa: E402
+from tests.bench.common import bench_engine  # noqa: E402
+
+NOW = datetime(2026, 6, 1, 3, 0, tzinfo=UTC)
+VEC = "[" + ",".join(["0.1"] * 384) + "]"
+TENANTS = 100
+
+# permanence by bucket of 20 (permanent 10%, stable 30%, standard 35%, volatile 15%, ephemeral 10%).
+LOAD_SQL = """
+INSERT INTO facts (id, tenant_id, subject, predicate, content, embedding, permanence, decay_rate, confidence,
+                   last_confirmed_at, created_at)
+SELECT gen_random_uuid(), 'bench-' || (g % :tenants), 'subject ' || (g % 997), 'predicate ' || g,
+       'bench fact number ' || g || ' about subject ' || (g % 997), CAST(:vec AS vector), p.permanence,
+       p.rate, 0.6 + random() * 0.4, CAST(:now AS timestamptz) - random() * interval '60 days',
+       CAST(:now AS timestamptz) - interval '61 days'
+FROM generate_series(1, :n) g
+CROSS JOIN LATERAL (SELECT CASE WHEN g % 20 < 2 THEN 'permanent' WHEN g % 20 < 8 THEN 'stable'
+                               WHEN g % 20 < 15 THEN 'standard' WHEN g % 20 < 18 THEN 'volatile'
+                               ELSE 'ephemeral' END AS permanence) q
+CROSS JOIN LATERAL (SELECT q.permanence, CASE q.permanence WHEN 'permanent' THEN 0.0 WHEN 'stable' THEN 0.002
+                               WHEN 'standard' THEN 0.008 WHEN 'volatile' THEN 0.03 ELSE 0.1 END AS rate) p"""
+
+
+def load(engine: Engine, n: int, chunk: int = 100_000) -> float:
+    """Insert n facts in chunks of generate_series; returns seconds."""
+    started = time.monotonic()
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO tenants (id) SELECT 'bench-' || g FROM generate_series(0, :k - 1) g "
+                          "ON CONFLICT DO NOTHING"), {"k": TENANTS})
+    done = 0
+    while done < n:
+        size = min(chunk, n - done)
+        with engine.begin() as conn:
+            conn.execute(text(LOAD_SQL.replace("generate_series(1, :n)", f"generate_series({done + 1}, {done + size})")),
+                         {"tenants": TENANTS, "vec": VEC, "now": NOW})
+        done += size
+        print(f"  loaded {done:,} facts ({time.monotonic() - started:.0f} s)", flush=True)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE facts"))
+    return time.monotonic() - started
+
+
+def reset(engine: Engine) -> None:
+    """Put every fact back to active and drop the sweep's events, so another batch size sees the same work."""
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE facts SET validity = 'active' WHERE validity <> 'active'"))
+        conn.execute(text("ALTER TABLE memory_events DISABLE TRIGGER trg_memory_events_append_only"))
+        conn.execute(text("DELETE FROM memory_events WHERE actor = 'decay_sweep'"))
+        conn.execute(text("ALTER TABLE memory_events ENABLE TRIGGER trg_memory_events_append_only"))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE facts"))
+        conn.execute(text("VACUUM ANALYZE memory_events"))
+
+
+def sweep(engine: Engine, n: int, batch: int) -> dict:
+    settings = load_settings()
+    started = time.monotonic()
+    summary = maintenance.decay_sweep(engine, now=NOW, settings=settings, batch=batch)
+    seconds = time.monotonic() - started
+    changed = sum(v for k, v in summary.items() if k.startswith(("fact.", "rule.")))
+    print(f"batch={batch:>6}: {n:,} facts in {seconds:.1f} s = {n / seconds:,.0f} rows/s, "
+          f"{summary['batches']} batches, {changed:,} changed ({100 * changed / n:.1f}%): {summary}", flush=True)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--facts", type=int, default=1_000_000)
+    parser.add_argument("--batch", default=str(maintenance.DECAY_BATCH), help="one size, or several: 1000,5000")
+    parser.add_argument("--database-url", default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the throwaway database")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    sizes = [int(b) for b in args.batch.split(",")]
+    with bench_engine(args.database_url, keep=args.keep) as engine:
+        print(f"loading {args.facts:,} facts ...", flush=True)
+        print(f"loaded in {load(engine, args.facts):.0f} s", flush=True)
+        for i, size in enumerate(sizes):
+            if i:
+                reset(engine)
+            sweep(engine, args.facts, size)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

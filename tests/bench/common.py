@@ -1,0 +1,41 @@
+"""Shared plumbing for the benchmark scripts: a throwaway, migrated database."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+
+from shared import db
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH_PGDATA = ROOT / ".memory-butler" / "bench-pgdata"
+
+
+@contextlib.contextmanager
+def bench_engine(database_url: str | None = None, *, keep: bool = False) -> Iterator[Engine]:
+    """A migrated database: ``database_url`` as given, or a fresh one on the embedded server (dropped after)."""
+    if database_url:
+        db.migrate(database_url)
+        yield db.make_engine(database_url, pool_size=20)
+        return
+    admin = make_url(db.start_embedded_postgres(BENCH_PGDATA)).set(database="postgres")
+    admin_url = admin.render_as_string(hide_password=False)
+    name = f"mb_bench_{uuid.uuid4().hex[:8]}"
+    db.ensure_database(admin_url, name)
+    url = admin.set(database=name).render_as_string(hide_password=False)
+    db.migrate(url)
+    engine = db.make_engine(url, pool_size=20)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+        if not keep:
+            admin_engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+            with admin_engine.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            admin_engine.dispose()

@@ -1,0 +1,278 @@
+"""Decay sweep, anti-pattern inversion and episode cleanup against the real database, with an explicit `now`."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from shared import maintenance, writes
+from shared.config import load_settings
+from shared.lifecycle import anti_pattern_content, is_allowed
+
+NOW = datetime(2026, 6, 1, 3, 0, tzinfo=UTC)
+VEC = "[" + ",".join(["0.1"] * 384) + "]"
+SETTINGS = load_settings()
+
+
+def _tenant(conn) -> str:
+    tenant_id = f"t-{uuid.uuid4().hex[:12]}"
+    conn.execute(text("INSERT INTO tenants (id) VALUES (:t)"), {"t": tenant_id})
+    return tenant_id
+
+
+def _fact(conn, tenant, *, rate=0.008, age_days=0.0, validity="active", confidence=1.0):
+    fid = uuid.uuid4()
+    conn.execute(text(
+        "INSERT INTO facts (id, tenant_id, subject, predicate, content, embedding, decay_rate, confidence, validity, "
+        "last_confirmed_at) VALUES (:id, :t, 'user', :p, 'x', CAST(:e AS vector), :r, :c, :v, :at)"
+    ), {"id": fid, "t": tenant, "p": f"p{fid.hex[:8]}", "e": VEC, "r": rate, "c": confidence, "v": validity,
+        "at": NOW - timedelta(days=age_days)})
+    return fid
+
+
+def _rule(conn, tenant, content, *, harmful=0, eff=0.0, maturity="established", rate=0.0, age_days=0.0,
+          reasons=()):
+    rid = uuid.uuid4()
+    conn.execute(text(
+        "INSERT INTO rules (id, tenant_id, content, embedding, maturity, harmful_count, effectiveness_score, "
+        "decay_rate, confidence, last_confirmed_at) VALUES (:id, :t, :c, CAST(:e AS vector), :m, :h, :eff, :r, 1.0, :at)"
+    ), {"id": rid, "t": tenant, "c": content, "e": VEC, "m": maturity, "h": harmful, "eff": eff, "r": rate,
+        "at": NOW - timedelta(days=age_days)})
+    for i, reason in enumerate(reasons):
+        conn.execute(text(
+            "INSERT INTO rule_applications (tenant_id, rule_id, outcome, reason, actor, occurred_at) "
+            "VALUES (:t, :r, 'harmful', :why, 'test', :at)"
+        ), {"t": tenant, "r": rid, "why": reason, "at": NOW - timedelta(days=10 - i)})
+    return rid
+
+
+def _validity(conn, table, row_id):
+    return conn.execute(text(f"SELECT validity FROM {table} WHERE id = :id"), {"id": row_id}).scalar_one()
+
+
+def _events(conn, tenant, entity_id=None):
+    sql = "SELECT event_type, entity_id, actor, payload FROM memory_events WHERE tenant_id = :t"
+    if entity_id is not None:
+        sql += " AND entity_id = :e"
+    return conn.execute(text(sql + " ORDER BY id"), {"t": tenant, "e": entity_id}).all()
+
+
+def _sweep_all(conn, *, now=NOW, batch=3):
+    """Run batches in the caller's transaction until the short page (what decay_sweep does per transaction)."""
+    for kind in ("fact", "rule"):
+        after = None
+        while True:
+            after, summary = maintenance.decay_sweep_batch(
+                conn, kind=kind, after_id=after, batch=batch, now=now,
+                facts_cfg=SETTINGS.memory.facts, rules_cfg=SETTINGS.memory.rules)
+            if summary[f"{kind}s_scanned"] < batch:
+                break
+
+
+def test_decay_moves_each_fact_to_its_band(conn, tenant):
+    # given facts whose effective confidence at NOW is high, in the fading band, or below expiry
+    keep = _fact(conn, tenant, rate=0.008, age_days=10)            # 0.92
+    permanent = _fact(conn, tenant, rate=0.0, age_days=5000)       # 1.0
+    fade = _fact(conn, tenant, rate=0.03, age_days=60)             # 0.165
+    expire = _fact(conn, tenant, rate=0.1, age_days=60)            # 0.0025
+    fading_expire = _fact(conn, tenant, rate=0.1, age_days=60, validity="fading")
+    fading_stay = _fact(conn, tenant, rate=0.03, age_days=60, validity="fading")
+    ancient = _fact(conn, tenant, rate=10, age_days=3650)          # exp() would underflow uncapped
+    superseded = _fact(conn, tenant, rate=0.1, age_days=60, validity="superseded")
+    # when the sweep runs in small batches
+    _sweep_all(conn)
+    # then each fact is in its band and untouched states stay
+    expected = {keep: "active", permanent: "active", fade: "fading", expire: "expired",
+                fading_expire: "expired", fading_stay: "fading", ancient: "expired", superseded: "superseded"}
+    assert {k: _validity(conn, "facts", k) for k in expected} == expected
+    # and every change wrote exactly one event whose transition the lifecycle table allows
+    events = _events(conn, tenant)
+    assert sorted((e.entity_id, e.event_type) for e in events) == sorted(
+        [(fade, "fact.fading"), (expire, "fact.expired"), (fading_expire, "fact.expired"), (ancient, "fact.expired")])
+    for e in events:
+        assert e.actor == "decay_sweep"
+        assert is_allowed("fact", e.payload["from"], e.payload["to"])
+    assert {e.entity_id: e.payload["from"] for e in events}[fading_expire] == "fading"
+
+
+def test_every_sweep_transition_is_allowed_by_the_lifecycle_tables():
+    for machine, from_state, to_state in maintenance.SWEEP_TRANSITIONS:
+        assert is_allowed(machine, from_state, to_state), (machine, from_state, to_state)
+
+
+def test_confirm_brings_a_faded_fact_back_and_the_sweep_leaves_it(conn, tenant):
+    # given a fact the sweep moved to fading
+    fid = _fact(conn, tenant, rate=0.03, age_days=60)
+    _sweep_all(conn)
+    assert _validity(conn, "facts", fid) == "fading"
+    # when an agent confirms it
+    writes.confirm(conn, tenant_id=tenant, kind="fact", entity_id=fid, visibility=writes.ALL,
+                   actor=writes.Actor("agent"), now=NOW)
+    # then it is active again and a sweep at the same time keeps it so
+    assert _validity(conn, "facts", fid) == "active"
+    _sweep_all(conn)
+    assert _validity(conn, "facts", fid) == "active"
+    # and it fades again only once its confidence decays again
+    _sweep_all(conn, now=NOW + timedelta(days=60))
+    assert _validity(conn, "facts", fid) == "fading"
+
+
+def test_harmful_rules_are_inverted_like_the_python_function(conn, tenant):
+    # given rules marked harmful with and without reasons, and rules that do not qualify
+    cases = {
+        _rule(conn, tenant, "Use tabs for indentation.", harmful=3, eff=0.1,
+              reasons=["broke the linter", "  ", "reviewers complained "]): ["broke the linter", "reviewers complained"],
+        _rule(conn, tenant, "  API keys go in the repo..  ", harmful=4, eff=0.0, maturity="candidate"): [],
+        _rule(conn, tenant, "Always deploy on Fridays", harmful=5, eff=0.2, maturity="proven",
+              reasons=["outage"]): ["outage"],
+    }
+    weak = _rule(conn, tenant, "Prefer short answers", harmful=2, eff=0.1)
+    helpful = _rule(conn, tenant, "Cite sources", harmful=3, eff=0.7)
+    # when the sweep runs
+    _sweep_all(conn)
+    # then qualifying rules became anti-patterns with the same text the Python function writes
+    for rid, reasons in cases.items():
+        row = conn.execute(text("SELECT content, maturity, metadata FROM rules WHERE id = :id"), {"id": rid}).one()
+        original = row.metadata["original_content"]
+        assert row.maturity == "anti_pattern"
+        assert row.content == anti_pattern_content(original, reasons)
+        [event] = _events(conn, tenant, rid)
+        assert event.event_type == "rule.inverted" and event.payload["content"] == row.content
+        assert is_allowed("rule", event.payload["from"], "anti_pattern")
+    # and the others are untouched
+    for rid in (weak, helpful):
+        assert conn.execute(text("SELECT maturity FROM rules WHERE id = :id"), {"id": rid}).scalar_one() == "established"
+        assert _events(conn, tenant, rid) == []
+
+
+def test_rules_decay_and_invert_in_one_pass(conn, tenant):
+    # given a decayed rule that is also harmful, and one that is only decayed
+    both = _rule(conn, tenant, "Guess the timezone", harmful=3, eff=0.0, rate=0.1, age_days=20)  # 0.135
+    fading = _rule(conn, tenant, "Mention the weather", rate=0.03, age_days=60)
+    # when the sweep runs
+    _sweep_all(conn)
+    # then both changes landed, each with its own event
+    assert {e.event_type for e in _events(conn, tenant, both)} == {"rule.fading", "rule.inverted"}
+    assert [e.event_type for e in _events(conn, tenant, fading)] == ["rule.fading"]
+    assert _validity(conn, "rules", fading) == "fading"
+
+
+def _committed_tenant_with_decayed_facts(engine, n=12):
+    with engine.begin() as c:
+        tenant = _tenant(c)
+        ids = [_fact(c, tenant, rate=0.1 if i % 2 else 0.03, age_days=60) for i in range(n)]
+        ids.append(_fact(c, tenant, rate=0.008, age_days=1))
+    return tenant, ids
+
+
+def test_a_second_run_changes_nothing(engine):
+    # given committed decayed facts and a first sweep
+    tenant, _ = _committed_tenant_with_decayed_facts(engine)
+    first = maintenance.decay_sweep(engine, now=NOW, settings=SETTINGS, batch=4)
+    assert first["fact.fading"] >= 6 and first["fact.expired"] >= 6
+    with engine.connect() as c:
+        before = len(_events(c, tenant))
+    # when the sweep runs again for the same moment
+    second = maintenance.decay_sweep(engine, now=NOW, settings=SETTINGS, batch=4)
+    # then nothing changes and no event is written
+    assert not {k for k in second if k.startswith(("fact.", "rule."))}
+    with engine.connect() as c:
+        assert len(_events(c, tenant)) == before == 12
+
+
+def test_two_concurrent_runs_change_no_more_than_one(engine):
+    # given committed decayed facts
+    tenant, ids = _committed_tenant_with_decayed_facts(engine, n=40)
+    barrier = threading.Barrier(2)
+    results: list[dict] = []
+
+    def run() -> None:
+        barrier.wait()
+        results.append(maintenance.decay_sweep(engine, now=NOW, settings=SETTINGS, batch=2))
+
+    # when two sweeps start at once
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    # then each decayed fact changed once: one event each, none for the fresh fact
+    assert len(results) == 2
+    with engine.connect() as c:
+        events = _events(c, tenant)
+    assert sorted(e.entity_id for e in events) == sorted(ids[:-1])
+
+
+def _episode(conn, tenant, *, status, age_days, expires_in_days=7.0, butler="health"):
+    eid = uuid.uuid4()
+    seq = conn.execute(text(
+        "INSERT INTO shard_sequences VALUES (:t, :b, 1) ON CONFLICT (tenant_id, butler) "
+        "DO UPDATE SET last_seq = shard_sequences.last_seq + 1 RETURNING last_seq"), {"t": tenant, "b": butler}).scalar()
+    conn.execute(text(
+        "INSERT INTO episodes (id, tenant_id, butler, seq, content, embedding, consolidation_status, created_at, "
+        "expires_at) VALUES (:id, :t, :b, :seq, 'e', CAST(:e AS vector), :st, :c, :x)"
+    ), {"id": eid, "t": tenant, "b": butler, "seq": seq, "e": VEC, "st": status,
+        "c": NOW - timedelta(days=age_days), "x": NOW + timedelta(days=expires_in_days)})
+    return eid
+
+
+def _remaining(engine, tenant):
+    with engine.connect() as c:
+        return set(c.execute(text("SELECT id FROM episodes WHERE tenant_id = :t"), {"t": tenant}).scalars())
+
+
+def test_cleanup_deletes_expired_then_oldest_consolidated_beyond_capacity(engine):
+    settings = load_settings(memory={"episodes": {"max_entries": 8}})
+    with engine.begin() as c:
+        # given a tenant with 6 consolidated, 5 unconsolidated (pending, failed, dead letter) and 2 expired episodes
+        tenant = _tenant(c)
+        consolidated = [_episode(c, tenant, status="consolidated", age_days=10 - i) for i in range(6)]
+        unconsolidated = [_episode(c, tenant, status=s, age_days=20)
+                          for s in ("pending", "pending", "pending", "failed", "dead_letter")]
+        expired = [_episode(c, tenant, status=s, age_days=9, expires_in_days=-1) for s in ("pending", "consolidated")]
+        # and a tenant whose unconsolidated episodes alone exceed the capacity
+        crowded = _tenant(c)
+        crowded_ids = {_episode(c, crowded, status="pending", age_days=30) for _ in range(10)}
+    # when cleanup runs
+    result = maintenance.episode_cleanup(engine, now=NOW, settings=settings)
+    # then expired episodes went, and the 3 oldest consolidated brought the total down to 8
+    assert result["expired_deleted"] >= 2 and result["capacity_deleted"] >= 3
+    assert _remaining(engine, tenant) == set(consolidated[3:]) | set(unconsolidated)
+    # and no unexpired unconsolidated episode was deleted, even over capacity
+    assert _remaining(engine, crowded) == crowded_ids
+    # and one event per batch and reason, not per row
+    with engine.connect() as c:
+        events = _events(c, tenant)
+    assert sorted((e.event_type, e.payload["reason"], e.payload["count"]) for e in events) == [
+        ("episodes.cleaned", "capacity", 3), ("episodes.cleaned", "expired", 2)]
+    assert all(e.entity_id is None for e in events)
+    # when cleanup runs again, nothing more goes
+    again = maintenance.episode_cleanup(engine, now=NOW, settings=settings)
+    assert again["expired_deleted"] == again["capacity_deleted"] == 0
+    assert _remaining(engine, tenant) == set(consolidated[3:]) | set(unconsolidated)
+    with engine.connect() as c:
+        assert len(_events(c, tenant)) == 2
+
+
+def test_a_tick_is_claimed_once(conn):
+    # given a claimed tick
+    run_id = maintenance.claim_tick(conn, task="memory.decay_sweep", tick="2026-06-01T03:00")
+    assert run_id is not None
+    # when it is claimed again, then the second claim gets nothing
+    assert maintenance.claim_tick(conn, task="memory.decay_sweep", tick="2026-06-01T03:00") is None
+    # and the finished run carries its summary
+    maintenance.finish_run(conn, run_id=run_id, summary={"batches": 1})
+    row = conn.execute(text("SELECT summary, finished_at FROM maintenance_runs WHERE id = :i"), {"i": run_id}).one()
+    assert row.summary == {"batches": 1} and row.finished_at is not None
+
+
+@pytest.mark.parametrize("kind", ["fact", "rule"])
+def test_an_empty_page_ends_the_sweep(conn, kind):
+    last, summary = maintenance.decay_sweep_batch(
+        conn, kind=kind, after_id=uuid.UUID(int=2**128 - 1), batch=10, now=NOW,
+        facts_cfg=SETTINGS.memory.facts, rules_cfg=SETTINGS.memory.rules)
+    assert last is None and summary == {f"{kind}s_scanned": 0}
