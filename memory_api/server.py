@@ -9,6 +9,7 @@ database. /healthz is open; /metrics needs an admin token.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,6 +29,8 @@ from shared.config import ConfigError, Settings
 from shared.db import unit_of_work
 from shared.errors import Unavailable
 from shared.tenancy import ALL_BUTLERS, Principal, hash_token, resolve_token
+
+log = logging.getLogger("memory_butler.api")
 
 TOKEN_TTL_S = 30.0
 NEGATIVE_TTL_S = 5.0
@@ -98,6 +101,7 @@ class BearerAuth:
             await _deny(503, f"cannot check the token: {exc.message}", retryable=True)(scope, receive, send)
             return
         if principal is None:
+            log.info("bearer token refused", extra={"path": scope["path"], "outcome": "unauthorized"})
             await _deny(401, "invalid or revoked token")(scope, receive, send)
             return
         scope[PRINCIPAL_SCOPE_KEY] = principal
@@ -201,6 +205,8 @@ def build_app(settings: Settings, *, database_url: str | None = None, token_ttl:
     app = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                      host=settings.api.host)
     app.add_middleware(BearerAuth, services=services, cache=TokenCache(ttl=token_ttl))
+    # One line per stateless request ("Terminating session: None") is noise next to our one line per tool call.
+    logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
     app.state.services = services
     return app
 

@@ -28,10 +28,10 @@ MAINTENANCE_TASKS = CRON_TASKS + INTERVAL_TASKS
 PUBLISHED_AT_HEADER = "memory_butler_published_at"
 
 # Static redbeat/beat settings; beat_config(settings) adds the Redis URL. A standby beat polls the lock
-# every beat_max_interval and takes over once the holder has not extended it for redbeat_lock_timeout.
+# every beat_max_loop_interval and takes over once the holder has not extended it for redbeat_lock_timeout.
 BEAT_CONFIG: dict[str, Any] = {
     "beat_scheduler": "redbeat.RedBeatScheduler",
-    "beat_max_interval": 5,            # also how often the lock holder extends its lock
+    "beat_max_loop_interval": 5,       # also how often the lock holder extends its lock
     "redbeat_lock_timeout": 30,        # failover within 30 s of a dead holder (6 missed extensions)
     "redbeat_key_prefix": "memory-butler:redbeat:",
 }

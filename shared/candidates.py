@@ -31,8 +31,9 @@ EFFECTIVE_CONFIDENCE_SQL = "x.confidence * exp(-x.decay_rate * greatest(0, extra
 
 # An OR over the query's own lexemes: websearch_to_tsquery would require every term.
 KEYWORD_CTE = """
-lex AS (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', :query)) AS t),
-q AS (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS tsq FROM lex)
+lex AS MATERIALIZED (SELECT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS lq
+                     FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', :query)) AS t) d),
+q AS MATERIALIZED (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS tsq FROM lex)
 """
 
 
@@ -80,30 +81,51 @@ def semantic(conn: Connection, *, kind: str, f: Filter, query_vec: str, pool: in
     return rows
 
 
+SMALL_SCOPE = 20_000  # visible rows up to which filtering the caller's rows beats the table-wide GIN scan
+
+
 def keyword(conn: Connection, *, kind: str, f: Filter, query: str, pool: int, cap: int = 5000) -> list[dict[str, Any]]:
     """Rows containing any query term, scored by the summed rarity (BM25 idf over the caller's visible rows)
     of the terms they contain. ``relevance`` is that sum over the idf of all the query's terms, so in [0, 1]:
     1.0 means every term of the query is in the row."""
     params: dict[str, Any] = {"query": query, "pool": pool, "cap": cap}
     where = _where(kind, f, params)
+    visible = _visible_rows(conn, kind=kind, f=f, limit=SMALL_SCOPE)
+    params["n"] = float(visible)
+    if visible < SMALL_SCOPE:
+        # Small scope (the common case, one tenant's memories): test @@ on the caller's rows only. A GIN scan
+        # would first collect every tenant's rows holding a common term (measured: 26 ms vs 2 ms at 100k facts).
+        cand = (f"scoped AS MATERIALIZED (SELECT x.id, x.created_at, x.search_vector FROM {TABLES[kind]} x "
+                f"WHERE {where}),\n"
+                "    cand AS MATERIALIZED (SELECT s.id, s.created_at, s.search_vector FROM scoped s, q "
+                "WHERE q.tsq IS NOT NULL AND s.search_vector @@ q.tsq LIMIT :cap)")
+    else:
+        cand = (f"cand AS MATERIALIZED (SELECT x.id, x.created_at, x.search_vector FROM {TABLES[kind]} x, q "
+                f"WHERE q.tsq IS NOT NULL AND x.search_vector @@ q.tsq AND {where} LIMIT :cap)")
     sql = f"""
     WITH {KEYWORD_CTE},
-    cand AS (SELECT x.id, x.search_vector FROM {TABLES[kind]} x, q
-             WHERE q.tsq IS NOT NULL AND x.search_vector @@ q.tsq AND {where} LIMIT :cap),
-    total AS (SELECT count(*)::float8 AS n FROM {TABLES[kind]} x WHERE {where}),
-    df AS (SELECT l.lexeme, count(c.id)::float8 AS n
-           FROM lex l LEFT JOIN cand c ON c.search_vector @@ to_tsquery('simple', quote_literal(l.lexeme))
-           GROUP BY l.lexeme),
-    idf AS (SELECT df.lexeme, df.n AS df, ln(1 + (total.n - df.n + 0.5) / (df.n + 0.5)) AS w FROM df, total),
-    best AS (SELECT sum(w) AS s FROM idf),
-    scored AS (SELECT c.id, sum(idf.w) / nullif(best.s, 0) AS relevance
-               FROM cand c JOIN idf ON idf.df > 0
-                    AND c.search_vector @@ to_tsquery('simple', quote_literal(idf.lexeme))
-               CROSS JOIN best GROUP BY c.id, best.s)
-    SELECT {COLUMNS[kind]}, s.relevance FROM scored s JOIN {TABLES[kind]} x ON x.id = s.id
-    ORDER BY s.relevance DESC, x.created_at DESC, x.id ASC LIMIT :pool
+    {cand},
+    df AS MATERIALIZED (
+        SELECT l.lexeme, l.lq, count(c.id)::float8 AS n FROM lex l LEFT JOIN cand c ON c.search_vector @@ l.lq
+        GROUP BY l.lexeme, l.lq),
+    idf AS MATERIALIZED (SELECT lq, n AS df, ln(1 + (:n - n + 0.5) / (n + 0.5)) AS w FROM df),
+    best AS MATERIALIZED (SELECT sum(w) AS s FROM idf),
+    top AS (SELECT c.id, c.created_at, sum(idf.w) / nullif(best.s, 0) AS relevance
+            FROM cand c JOIN idf ON idf.df > 0 AND c.search_vector @@ idf.lq CROSS JOIN best
+            GROUP BY c.id, c.created_at, best.s
+            ORDER BY relevance DESC, c.created_at DESC, c.id ASC LIMIT :pool)
+    SELECT {COLUMNS[kind]}, top.relevance FROM top JOIN {TABLES[kind]} x ON x.id = top.id
+    ORDER BY top.relevance DESC, x.created_at DESC, x.id ASC
     """
     return [dict(r) for r in conn.execute(text(sql), params).mappings()]
+
+
+def _visible_rows(conn: Connection, *, kind: str, f: Filter, limit: int) -> int:
+    """How many rows the caller may see, counted up to ``limit`` (the N of the idf; capped for huge scopes)."""
+    params: dict[str, Any] = {"limit": limit}
+    where = _where(kind, Filter(f.tenant_id, f.scopes, f.butlers, None, f.now), params)
+    return conn.execute(text(f"SELECT count(*) FROM (SELECT 1 FROM {TABLES[kind]} x WHERE {where} LIMIT :limit) s"),
+                        params).scalar_one()
 
 
 def recent_episodes(conn: Connection, *, f: Filter, limit: int) -> list[dict[str, Any]]:

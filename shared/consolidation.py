@@ -327,7 +327,7 @@ def record_run(conn: Connection, *, batch: Batch, counts: Counter[str], failures
     outcome = "consolidated" if not failures else "failed" if len(failures) == len(batch.episodes) else "partial"
     summary = {**counts, "errors": [f.error for f in failures[:5]]}
     run_id = conn.execute(pg_insert(consolidation_runs).values(
-        tenant_id=batch.tenant_id, butler=batch.butler, idempotency_key=batch.idempotency_key,
+        id=uuid.uuid4(), tenant_id=batch.tenant_id, butler=batch.butler, idempotency_key=batch.idempotency_key,
         extractor=ctx.extractor, first_seq=batch.episodes[0].seq, last_seq=batch.episodes[-1].seq,
         episode_count=len(batch.episodes), outcome=outcome, started_at=batch.started_at, worker=ctx.worker,
         summary=summary,

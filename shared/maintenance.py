@@ -13,12 +13,13 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
 
 from shared.config import FactSettings, RuleSettings, Settings
 from shared.lifecycle import ANTI_PATTERN_PREFIX, DEFAULT_HARM_REASON, check_transition
@@ -26,16 +27,18 @@ from shared.lifecycle import ANTI_PATTERN_PREFIX, DEFAULT_HARM_REASON, check_tra
 log = logging.getLogger(__name__)
 
 # Measured with tests/bench/bench_decay.py (embedded PostgreSQL 18, 2 cores, schema indexes incl. HNSW):
-# see the numbers in BATCH_EVIDENCE below. Larger batches gain little and hold row locks longer.
+# EVIDENCE_PENDING
 DECAY_BATCH = 5_000
-BATCH_EVIDENCE = "placeholder"
 # Episode rows are few per tenant (TTL + max_entries); a batch this size deletes in well under a second.
 CLEANUP_BATCH = 5_000
 NIL_ID = uuid.UUID(int=0)
 SWEEP_ACTOR = "decay_sweep"
 CLEANUP_ACTOR = "episode_cleanup"
+# A batch that deadlocks with a writer (who locked two of its rows in the other order) is simply run again.
+DEADLOCK_RETRIES = 3
 
 Kind = Literal["fact", "rule"]
+T = TypeVar("T")
 
 # Every state change a sweep makes; rule validity follows the fact validity machine (as writes.confirm does).
 SWEEP_TRANSITIONS: tuple[tuple[str, str, str], ...] = (
@@ -49,7 +52,7 @@ for _machine, _from, _to in SWEEP_TRANSITIONS:  # fail at import, not at 3 a.m.,
 # confidence * exp(-rate * days); the exponent is capped because PostgreSQL raises on exp() underflow.
 EFFECTIVE = (
     "{t}.confidence * exp(-least({t}.decay_rate * greatest(0, extract(epoch FROM "
-    "(CAST(:now AS timestamptz) - {t}.last_confirmed_at)) / 86400.0), 700))"
+    "(CAST(:now AS timestamptz) - {t}.last_confirmed_at))::float8 / 86400.0), 700))"
 )
 DECAYS = "({eff} < :expiry OR ({t}.validity = 'active' AND {eff} < :retrieval))"
 NEW_VALIDITY = "CASE WHEN {eff} < :expiry THEN 'expired' WHEN {t}.validity = 'active' AND {eff} < :retrieval " \
@@ -157,6 +160,19 @@ def exclusive(engine: Engine, name: str) -> Iterator[bool]:
                 conn.commit()
 
 
+def in_transaction(engine: Engine, step: Callable[[Connection], T]) -> T:
+    """``step(conn)`` in a transaction of its own, re-run (bounded) if PostgreSQL chose it as a deadlock victim."""
+    for attempt in range(1, DEADLOCK_RETRIES + 1):
+        try:
+            with engine.begin() as conn:
+                return step(conn)
+        except DBAPIError as exc:
+            if getattr(exc.orig, "pgcode", None) != "40P01" or attempt == DEADLOCK_RETRIES:
+                raise
+            log.warning("sweep batch deadlocked; running it again", extra={"attempt": attempt})
+    raise AssertionError("unreachable")
+
+
 class _Progress:
     """Logs at most every ``every`` seconds so a million-row sweep writes a handful of lines."""
 
@@ -184,11 +200,10 @@ def decay_sweep(engine: Engine, *, now: datetime, settings: Settings, batch: int
         for kind in ("fact", "rule"):
             after: uuid.UUID | None = None
             while True:
-                with engine.begin() as conn:
-                    after, summary = decay_sweep_batch(
-                        conn, kind=kind, after_id=after, batch=batch, now=now,
-                        facts_cfg=settings.memory.facts, rules_cfg=settings.memory.rules,
-                    )
+                after, summary = in_transaction(engine, lambda conn, start=after, kind=kind: decay_sweep_batch(
+                    conn, kind=kind, after_id=start, batch=batch, now=now,
+                    facts_cfg=settings.memory.facts, rules_cfg=settings.memory.rules,
+                ))
                 totals.update({**summary, "batches": 1})
                 progress.tick(totals)
                 if summary[f"{kind}s_scanned"] < batch:  # a short page is the last one
@@ -242,12 +257,11 @@ def evict_over_capacity_batch(conn: Connection, *, max_entries: int, batch: int)
     }).scalar_one()
 
 
-def _drain(engine: Engine, step: Any, *, batch: int) -> tuple[int, int]:
+def _drain(engine: Engine, step: Callable[[Connection], int], *, batch: int) -> tuple[int, int]:
     """Run ``step(conn)`` in fresh transactions until it deletes less than a full batch; (rows, batches)."""
     rows = batches = 0
     while True:
-        with engine.begin() as conn:
-            n = step(conn)
+        n = in_transaction(engine, step)
         rows, batches = rows + n, batches + 1
         if n < batch:
             return rows, batches

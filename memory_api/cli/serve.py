@@ -44,11 +44,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ.update({"DATABASE_URL": url, "MEMORY_BUTLER_API__HOST": host,
                            "MEMORY_BUTLER_DATA_DIR": str(settings.data_dir)})
         uvicorn.run("memory_api.cli.serve:app_factory", factory=True, host=host, port=port, workers=args.workers,
-                    log_config=None, lifespan="on")
+                    log_config=None, lifespan="on", access_log=False)
         return 0
     settings = settings.model_copy(update={"api": settings.api.model_copy(update={"host": host, "port": port})})
     log.info("serving MCP", extra={"url": f"http://{host}:{port}/mcp"})
-    uvicorn.run(build_app(settings), host=host, port=port, log_config=None, lifespan="on")
+    # No access log: every tool call logs one structured line (and refused tokens log too).
+    uvicorn.run(build_app(settings), host=host, port=port, log_config=None, lifespan="on", access_log=False)
     return 0
 
 

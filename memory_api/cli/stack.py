@@ -160,18 +160,13 @@ def stop_embedded_postgres(pgdata: Path) -> None:
     if pid is None:
         return
     proc = psutil.Process(pid)
-    try:
-        db.stop_embedded_postgres(pgdata)  # pg_ctl stop; a no-op in a process that did not start the server
-    except Exception:  # noqa: BLE001 - the signal below is the fallback either way
-        log.warning("pg_ctl stop failed; signalling the postmaster", exc_info=True)
-    if _wait_gone([proc], 0.5):
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown: roll back sessions, checkpoint, exit
+    if _wait_gone([proc], 30):
+        log.warning("postgres did not stop in 30 s; immediate shutdown", extra={"pid": pid})
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGINT)  # PostgreSQL's "fast" shutdown: roll back sessions, checkpoint, exit
-        if _wait_gone([proc], 30):
-            log.warning("postgres did not stop in 30 s; immediate shutdown", extra={"pid": pid})
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGQUIT)
-            _wait_gone([proc], 10)
+            os.kill(pid, signal.SIGQUIT)
+        _wait_gone([proc], 10)
 
 
 def resolve_database_url(settings: Settings) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
@@ -13,7 +14,8 @@ from memory_api.tools.params import MAX_ACTIVITY, Lineage, MemoryType, ReadScope
 from memory_api.tools.results import Activity, DeadLetters, Event, Stats
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
 from shared.db import unit_of_work
-from shared.errors import InvalidInput
+from shared.deadletters import Redriven, list_dead_letters, redrive, show_dead_letter
+from shared.errors import InvalidInput, NotFound
 from shared.stats import stats as tenant_stats
 
 DEFAULT_ACTIVITY = 100
@@ -89,18 +91,45 @@ def _event(row: dict[str, Any]) -> Event:
 async def memory_dead_letters(
     ctx: Context,
     action: Annotated[Literal["list", "show", "redrive"], Field(description=(
-        "'list' the dead letters, 'show' one (with its last error), or 'redrive' one (or all when id is omitted) "
-        "back into processing."))],
-    id: Annotated[str, Field(min_length=1, max_length=100, description="The dead letter's id (show, redrive).")]
+        "'list' the tenant's dead letters (oldest first), 'show' one with its last error and full content, or "
+        "'redrive' one (or, with no id, all of them) back to pending and wake the workers."))],
+    id: Annotated[uuid.UUID, Field(description="The dead episode's or write intent's id (show; redrive one).")]
     | None = None,
     request_context: Lineage | None = None,
 ) -> DeadLetters:
-    """Operator tool (admin token): writes and consolidations that failed every retry end as dead letters
-    instead of vanishing. Inspect them and, once the cause is fixed, re-drive them."""
+    """Operator tool (admin token): episodes whose consolidation and writes whose apply failed every retry end
+    as dead letters instead of vanishing. Inspect them and, once the cause is fixed, redrive them."""
     call = current_call()
     access.require_admin(call.principal, "memory_dead_letters")
-    from memory_api.tools import deadletters_bridge
+    if action == "show" and id is None:
+        raise InvalidInput("id: required to show a dead letter", field="id")
+    engine, tenant = call.services.engine, call.tenant
 
-    result = await deadletters_bridge.run(call, action, id)
-    return DeadLetters(action=action, result=result, request_id=call.request_id)
+    def work() -> list[Any]:
+        with unit_of_work(engine) as conn:
+            if action == "list":
+                return list_dead_letters(conn, tenant_id=tenant, limit=DEFAULT_ACTIVITY)
+            if action == "show":
+                letter = show_dead_letter(conn, entity_id=id)
+                return [letter] if letter is not None and letter.tenant_id == tenant else []
+            return redrive(conn, ids=[id] if id else None, tenant_id=tenant, actor=call.actor().name)
 
+    found = await call.write(work)
+    if action != "list" and id is not None and not found:
+        raise NotFound(f"no dead letter with id {id} in this tenant", field="id")
+    if action == "redrive":
+        _wake_redriven(call, found)
+        return DeadLetters(action=action, items=[_redriven(r) for r in found], request_id=call.request_id)
+    return DeadLetters(action=action, items=[d.as_dict() for d in found], request_id=call.request_id)
+
+
+def _redriven(r: Redriven) -> dict[str, Any]:
+    return {"kind": r.kind, "id": str(r.id), "butler": r.butler}
+
+
+def _wake_redriven(call: Call, done: list[Redriven]) -> None:
+    """Episodes go back to consolidation, write intents to apply; a lost wake-up is re-sent by the sweeps."""
+    publisher = call.services.publisher
+    for kind, butler in sorted({(r.kind, r.butler) for r in done}):
+        wake = publisher.wake_consolidate if kind == "episode" else publisher.wake_apply
+        wake(call.tenant, butler)

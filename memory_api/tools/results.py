@@ -119,4 +119,5 @@ class Activity(_Degradable):
 
 class DeadLetters(_Result):
     action: Literal["list", "show", "redrive"]
-    result: Any = Field(description="list: the dead letters; show: one with its error; redrive: what was re-queued.")
+    items: list[dict[str, Any]] = Field(description=(
+        "list: the dead letters; show: the one asked for (with its error and content); redrive: what was re-queued."))

@@ -159,15 +159,27 @@ class ClassifiedTool(Tool):
         model = self.fn_metadata.arg_model
         allowed = {field.alias or key for key, field in model.model_fields.items()}
         unknown = sorted(set(arguments) - allowed)
-        request_id = _request_id_of(arguments)
+        request_id = _request_id_of(arguments) or f"srv-{uuid.uuid4().hex[:16]}"
         if unknown:
-            return error_result(InvalidInput(f"{unknown[0]}: unknown argument; {self.name} takes "
-                                             f"{', '.join(sorted(allowed))}", field=unknown[0]), request_id)
+            return self._refuse(InvalidInput(f"{unknown[0]}: unknown argument; {self.name} takes "
+                                             f"{', '.join(sorted(allowed))}", field=unknown[0]), request_id, context)
         try:
             self.fn_metadata.validate_arguments(arguments)
         except ValidationError as exc:
-            return error_result(invalid_from(exc), request_id)
+            return self._refuse(invalid_from(exc), request_id, context)
         return await super().run(arguments, context, convert_result=convert_result)
+
+    def _refuse(self, error: InvalidInput, request_id: str, context: Any) -> CallToolResult:
+        log.info("tool call refused: %s", error.message, extra={
+            "tool": self.name, "request_id": request_id, "outcome": error.code, "error_class": error.code,
+            "error_field": error.field})
+        try:
+            services = context.request_context.lifespan_context
+        except (ValueError, AttributeError):  # called outside a request (tests of the tool itself)
+            services = None
+        if isinstance(services, Services):
+            services.metrics.observe(self.name, error.code, 0.0)
+        return error_result(error, request_id)
 
 
 def invalid_from(exc: ValidationError) -> InvalidInput:
@@ -178,6 +190,7 @@ def invalid_from(exc: ValidationError) -> InvalidInput:
 
 
 def _request_id_of(arguments: dict[str, Any]) -> str | None:
+    """The caller's request_context.request_id, read before validation (the arguments may be invalid)."""
     lineage = arguments.get("request_context")
     value = lineage.get("request_id") if isinstance(lineage, dict) else None
     return value if isinstance(value, str) else None

@@ -230,12 +230,16 @@ class TcpProxy:
     def _close_all(self) -> None:
         with self._lock:
             sockets, self._sockets = self._sockets, []
-        for sock in sockets:
+        for sock in sockets:  # shutdown() tears the connection down even while a pump thread is in recv()
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 sock.close()
 
     def refuse(self) -> None:
         if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
             self._listener = None
         self._close_all()

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from shared import maintenance, writes
 from shared.config import load_settings
@@ -276,3 +277,49 @@ def test_an_empty_page_ends_the_sweep(conn, kind):
         conn, kind=kind, after_id=uuid.UUID(int=2**128 - 1), batch=10, now=NOW,
         facts_cfg=SETTINGS.memory.facts, rules_cfg=SETTINGS.memory.rules)
     assert last is None and summary == {f"{kind}s_scanned": 0}
+
+
+def test_a_deadlocked_batch_is_run_again_and_other_errors_are_not(engine):
+    class Deadlock(Exception):
+        pgcode = "40P01"
+
+    class Other(Exception):
+        pgcode = "23505"
+
+    calls: list[int] = []
+
+    def step(conn):
+        calls.append(1)
+        if len(calls) == 1:
+            raise DBAPIError("UPDATE ...", {}, Deadlock())
+        return conn.execute(text("SELECT 7")).scalar_one()
+
+    assert maintenance.in_transaction(engine, step) == 7 and len(calls) == 2
+    with pytest.raises(DBAPIError):
+        maintenance.in_transaction(engine, lambda conn: (_ for _ in ()).throw(DBAPIError("x", {}, Other())))
+
+
+def test_a_scheduled_task_runs_once_per_tick_and_records_its_outcome(engine):
+    from memory_workers.tasks import Runtime, install_runtime
+    from memory_workers.tasks.maintenance import run_ticked
+
+    install_runtime(Runtime(SETTINGS, engine, embedder=None, extractor=None))
+    tick = f"test-{uuid.uuid4().hex}"
+    try:
+        # given a tick that ran once
+        first = run_ticked("memory.test_task", None, tick, lambda rt, now: {"done": 1})
+        # when the same tick is delivered again, then it is skipped
+        again = run_ticked("memory.test_task", None, tick, lambda rt, now: {"done": 2})
+        assert first == {"tick": tick, "done": 1}
+        assert again == {"skipped": "tick already claimed", "tick": tick}
+        # and a failing tick records its error before raising
+        def boom(rt, now):
+            raise RuntimeError("disk full")
+        with pytest.raises(RuntimeError):
+            run_ticked("memory.test_task", None, tick + "-2", boom)
+    finally:
+        install_runtime(None)
+    with engine.connect() as c:
+        rows = dict(c.execute(text("SELECT tick, summary FROM maintenance_runs WHERE task = 'memory.test_task' "
+                                   "AND tick LIKE :t"), {"t": tick + "%"}).all())
+    assert rows == {tick: {"done": 1}, tick + "-2": {"error": "RuntimeError: disk full"}}

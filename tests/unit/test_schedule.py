@@ -94,7 +94,7 @@ def test_beat_config_names_redbeat_and_the_redis_url():
     assert config["beat_scheduler"] == "redbeat.RedBeatScheduler"
     assert config["redbeat_redis_url"] == "redis://127.0.0.1:6379/11"
     # a dead holder's lock expires well before the next minute's cron tick could be missed twice
-    assert config["beat_max_interval"] < config["redbeat_lock_timeout"] <= 60
+    assert config["beat_max_loop_interval"] < config["redbeat_lock_timeout"] <= 60
     assert "redbeat_redis_url" not in schedule.beat_config(load_settings(redis_url=None))
 
 

@@ -1,0 +1,88 @@
+"""In-process read latency at scale: p50/p95 of memory_search, memory_recall and memory_context.
+
+    python tests/bench/bench_latency.py [--facts 100000] [--rules 20000] [--tenants 100] [--queries 300]
+
+Single client, through shared.reads.Reader (the code path the MCP tools call), with the query embedding timed
+on its own. Without --database-url a throwaway database on the embedded PostgreSQL is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from shared.config import load_settings  # noqa: E402
+from shared.embedding import get_embedder, get_token_counter  # noqa: E402
+from shared.reads import Reader  # noqa: E402
+from shared.writes import Visibility  # noqa: E402
+from tests.bench.common import bench_engine  # noqa: E402
+from tests.bench.corpus import load_corpus, questions  # noqa: E402
+
+
+def pct(values: list[float], p: float) -> float:
+    return float(np.percentile(np.array(values) * 1000, p))
+
+
+def measure(reader: Reader, tenants: list[str], qs: list[str], embed_times: list[float]) -> dict[str, list[float]]:
+    rng = random.Random(3)
+    view = Visibility(scopes=("global", "health"), butlers=("health",))
+    out: dict[str, list[float]] = {"search": [], "recall": [], "context": []}
+    calls = {
+        "search": lambda t, q: reader.search(tenant_id=t, visibility=view, query=q, types=["fact", "rule", "episode"],
+                                             mode="hybrid", limit=20, min_confidence=None),
+        "recall": lambda t, q: reader.recall(tenant_id=t, visibility=view, topic=q, limit=20),
+        "context": lambda t, q: reader.context(tenant_id=t, visibility=view, trigger_prompt=q, token_budget=3000),
+    }
+    for q in qs:
+        tenant = rng.choice(tenants)
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            call(tenant, q)
+            out[name].append(time.perf_counter() - t0)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--facts", type=int, default=100_000)
+    parser.add_argument("--rules", type=int, default=20_000)
+    parser.add_argument("--tenants", type=int, default=100)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--database-url")
+    args = parser.parse_args()
+    embedder = get_embedder()
+    embed_times: list[float] = []
+
+    def timed_embed(q: str):  # noqa: ANN202
+        t0 = time.perf_counter()
+        v = embedder.embed_one(q)
+        embed_times.append(time.perf_counter() - t0)
+        return v
+
+    with bench_engine(args.database_url) as engine:
+        tenants = load_corpus(engine, facts=args.facts, rules=args.rules, tenants=args.tenants)
+        reader = Reader(engine=engine, settings=load_settings(), embed=timed_embed,
+                        count_tokens=get_token_counter().count)
+        qs = questions(random.Random(5), args.queries)
+        measure(reader, tenants, qs[:30], embed_times)  # warm the pool and the caches
+        embed_times.clear()
+        results = measure(reader, tenants, qs, embed_times)
+    print(f"\n{args.facts} facts + {args.rules} rules across {args.tenants} tenants, {args.queries} queries, "
+          f"single client, in-process ({datetime.now(timezone.utc):%Y-%m-%d})")
+    print(f"{'call':<22}{'p50 ms':>9}{'p95 ms':>9}")
+    print(f"{'query embedding':<22}{pct(embed_times, 50):>9.1f}{pct(embed_times, 95):>9.1f}")
+    for name, values in results.items():
+        print(f"{'memory_' + name + ' (total)':<22}{pct(values, 50):>9.1f}{pct(values, 95):>9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
