@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shared import writes  # noqa: E402
 from shared.config import load_settings  # noqa: E402
+from shared.consolidation_plan import fact_text  # noqa: E402
 from shared.db import unit_of_work  # noqa: E402
 from shared.embedding import get_embedder, get_token_counter  # noqa: E402
 from shared.reads import Reader  # noqa: E402
@@ -35,7 +36,7 @@ NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 def load(engine: Engine, memories: list[Memory], *, run: str) -> dict[str, uuid.UUID]:
     """Store every memory as a fact (one embedding call for all); returns key -> id."""
     embedder = get_embedder()
-    vectors = embedder.embed([f"{m.subject} {m.predicate}: {m.content}" for m in memories])
+    vectors = embedder.embed([fact_text(m.subject, m.predicate, m.content) for m in memories])
     ids: dict[str, uuid.UUID] = {}
     with unit_of_work(engine) as conn:
         for tenant in sorted({m.tenant for m in memories}):

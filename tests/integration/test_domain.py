@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from shared import writes
 from shared.config import load_settings
+from shared.consolidation_plan import fact_text
 from shared.db import unit_of_work
 from shared.embedding import get_embedder, get_token_counter
 from shared.reads import Reader
@@ -46,7 +47,7 @@ def fact(engine, embedder, tenant_id, subject, predicate, content, *, now=NOW, p
     fid = uuid.uuid4()
     with unit_of_work(engine) as conn:
         writes.store_fact(conn, tenant_id=tenant_id, fact_id=fid, write=write,
-                          vector=embedder.embed_one(f"{subject} {predicate}: {content}"), embedding_version_id=None,
+                          vector=embedder.embed_one(fact_text(subject, predicate, content)), embedding_version_id=None,
                           source_butler="general", actor=ACTOR, now=now)
     return fid
 

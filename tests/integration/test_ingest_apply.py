@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -11,10 +12,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+import redis as redis_lib
 from sqlalchemy import text
 
 from memory_workers import app as worker_app
-from memory_workers.enqueue import wake_apply
+from memory_workers.enqueue import Publisher, wake_apply
 from memory_workers.extractors import HeuristicExtractor
 from memory_workers.tasks import Runtime, install_runtime
 from memory_workers.tasks.ingest import apply_pending
@@ -23,7 +25,7 @@ from shared.config import Settings, get_settings, load_settings
 from shared.db import unit_of_work
 from shared.embedding import get_embedder
 from shared.schemas import EpisodeWrite, FactWrite, RuleWrite
-from shared.sharding import shard_queues
+from shared.sharding import queue_for, shard_queues
 from shared.writes import Actor
 
 ACTOR = Actor("worker:test")
@@ -227,3 +229,22 @@ def test_a_woken_worker_applies_the_writes_and_then_consolidates_them(settings, 
     [(worker,)] = rows(engine, "SELECT DISTINCT actor FROM memory_events WHERE tenant_id = :t "
                                "AND event_type = 'episode.stored'", t=t)
     assert worker.startswith("worker:")
+
+
+def test_the_publisher_coalesces_a_burst_into_a_few_messages_on_the_right_queues(settings, redis_url):
+    client = redis_lib.Redis.from_url(redis_url)
+    t = f"t-{uuid.uuid4().hex[:12]}"
+    queues = {b: queue_for(t, b, settings.workers.shard_count) for b in ("general", "health")}
+    publisher = Publisher(settings)
+    try:
+        for n in range(500):
+            publisher.wake_apply(t, "general" if n % 2 else "health")
+        assert publisher.flush(10)
+    finally:
+        publisher.close()
+    messages = [json.loads(m) for q in set(queues.values()) for m in client.lrange(q, 0, -1)]
+    mine = [m for m in messages if m["headers"]["kwargsrepr"].find(t) >= 0]
+    for q in set(queues.values()):
+        client.delete(q)
+    assert 2 <= len(mine) <= 20 and publisher.snapshot()["published"] == len(mine)
+    assert {m["headers"]["task"] for m in mine} == {"memory.apply_writes"}
