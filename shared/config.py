@@ -148,6 +148,13 @@ class WorkerSettings(_Section):
     task_time_limit_seconds: int = Field(600, ge=10)
 
 
+class EmbeddingSettings(_Section):
+    backend: Literal["onnx", "torch"] = "onnx"
+    # One thread per process: two processes with two threads each halve total throughput on 2 cores.
+    threads: int = Field(1, ge=1, le=64)
+    mkldnn: bool = False
+
+
 class ApiSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8150, ge=1, le=65535)
@@ -175,6 +182,7 @@ class Settings(BaseSettings):
     consolidation: ConsolidationSettings = ConsolidationSettings()
     workers: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
+    embedding: EmbeddingSettings = EmbeddingSettings()
 
     @classmethod
     def settings_customise_sources(

