@@ -32,8 +32,8 @@ CONSOLIDATE_TASK = "memory.consolidate"
 PER_KEY_TASKS = frozenset({APPLY_TASK, CONSOLIDATE_TASK})
 TASK_MODULES = ("memory_workers.tasks.ingest", "memory_workers.tasks.consolidate", "memory_workers.tasks.maintenance")
 SCHEDULE_MODULE = "memory_workers.schedule"
-# Loading the embedding model in a fresh pool process takes ~5 s on 2 cores; Celery's default (4 s) would
-# kill the process as "not up" while it is still loading.
+# A fresh pool process imports torch and loads the embedding model: 5-15 s on 2 cores with 4 workers starting
+# (measured in tests/e2e/test_workers.py). Celery's default (4 s) would kill it as "not up" while it loads.
 PROCESS_UP_TIMEOUT_S = 120.0
 # On a cold shutdown, running tasks get this long to finish before they are cancelled (and requeued).
 SOFT_SHUTDOWN_S = 30.0

@@ -144,11 +144,9 @@ class Publisher:
         self._drop_connection()
 
     def _publish_round(self, batch: list[tuple[str, str, str]]) -> None:
-        for done, (task_name, tenant_id, butler) in enumerate(batch):
+        for done, item in enumerate(batch):
             try:
-                if self._conn is None:
-                    self._conn = connect(self._settings)
-                publish(task_name, tenant_id, butler, settings=self._settings, connection=self._conn)
+                self._publish_one(item)
             except Unavailable as exc:
                 self._drop_connection()
                 lost = len(batch) - done
@@ -159,6 +157,21 @@ class Publisher:
                 return
             self.stats["published"] += 1
             self._backoff = 0.0
+
+    def _publish_one(self, item: tuple[str, str, str]) -> None:
+        """Publish on the kept connection; a connection that went stale while idle is replaced once."""
+        task_name, tenant_id, butler = item
+        while True:
+            fresh = self._conn is None
+            if fresh:
+                self._conn = connect(self._settings)
+            try:
+                publish(task_name, tenant_id, butler, settings=self._settings, connection=self._conn)
+                return
+            except Unavailable:
+                self._drop_connection()
+                if fresh:
+                    raise
 
     def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None

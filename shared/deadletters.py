@@ -51,6 +51,12 @@ class Redriven:
     butler: str
 
 
+# Everything but the embedding and the search vector.
+_EPISODE_COLUMNS = (episodes.c.id, episodes.c.tenant_id, episodes.c.butler, episodes.c.seq, episodes.c.content,
+                    episodes.c.consolidation_status, episodes.c.consolidation_attempts,
+                    episodes.c.last_consolidation_error, episodes.c.created_at)
+
+
 def _episode(row: Any, *, full: bool) -> DeadLetter:
     content = row.content if full else row.content[:PREVIEW_CHARS]
     return DeadLetter("episode", row.id, row.tenant_id, row.butler, row.seq, row.consolidation_status,
@@ -65,7 +71,7 @@ def _intent(row: Any, *, full: bool) -> DeadLetter:
 
 def list_dead_letters(conn: Connection, *, tenant_id: str | None = None, limit: int = 100) -> list[DeadLetter]:
     """The oldest dead letters of both kinds (of one tenant, or all), oldest first, at most ``limit``."""
-    ep = select(episodes).where(episodes.c.consolidation_status == "dead_letter")
+    ep = select(*_EPISODE_COLUMNS).where(episodes.c.consolidation_status == "dead_letter")
     wi = select(write_intents).where(write_intents.c.status == "dead_letter")
     if tenant_id is not None:
         ep = ep.where(episodes.c.tenant_id == tenant_id)
@@ -77,7 +83,7 @@ def list_dead_letters(conn: Connection, *, tenant_id: str | None = None, limit: 
 
 def show_dead_letter(conn: Connection, *, entity_id: uuid.UUID) -> DeadLetter | None:
     """One episode or write intent by id, whatever its state, with its full content or payload."""
-    row = conn.execute(select(episodes).where(episodes.c.id == entity_id)).first()
+    row = conn.execute(select(*_EPISODE_COLUMNS).where(episodes.c.id == entity_id)).first()
     if row is not None:
         return _episode(row, full=True)
     row = conn.execute(select(write_intents).where(write_intents.c.id == entity_id)).first()

@@ -98,7 +98,7 @@ def current_facts_for_key(
     from shared.models import facts
 
     return list(conn.execute(
-        select(facts.c.id, facts.c.validity, facts.c.content)
+        select(facts.c.id, facts.c.validity, facts.c.content, facts.c.created_at)
         .where(facts.c.tenant_id == tenant_id, facts.c.scope == scope, facts.c.subject == subject,
                facts.c.predicate == predicate, facts.c.validity.in_(("active", "fading")))
         .order_by(facts.c.created_at.desc(), facts.c.id)
@@ -109,6 +109,12 @@ def current_facts_for_key(
 def exists(conn: Connection, *, kind: str, entity_id: uuid.UUID) -> bool:
     table = MEMORY_TABLES[kind]
     return conn.execute(select(func.count()).where(table.c.id == entity_id)).scalar_one() > 0
+
+
+def existing_ids(conn: Connection, *, kind: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of ``ids`` exist already (one query for the batch)."""
+    table = MEMORY_TABLES[kind]
+    return set(conn.execute(select(table.c.id).where(table.c.id.in_(list(ids)))).scalars()) if ids else set()
 
 
 def insert_rows(conn: Connection, *, kind: str, rows: Sequence[dict[str, Any]]) -> None:

@@ -58,7 +58,7 @@ def insert_episodes(
     embedding_version_id: int, ttl_days: float, actor: Actor,
 ) -> int:
     """Insert a batch of episodes (already-present ids are skipped: replays change nothing). Returns rows written."""
-    present = {e.id for e in episodes if repo.exists(conn, kind="episode", entity_id=e.id)}
+    present = repo.existing_ids(conn, kind="episode", ids=[e.id for e in episodes])
     rows, events = [], []
     for episode, vector in zip(episodes, vectors, strict=True):
         if episode.id in present:
@@ -95,21 +95,21 @@ def store_fact(
     previous = repo.current_facts_for_key(
         conn, tenant_id=tenant_id, scope=write.scope, subject=write.subject, predicate=write.predicate
     )
+    if previous and previous[0]["created_at"] > now:
+        # A retried write older than the active fact (accepted earlier, applied later): the latest accepted
+        # write wins, so this one enters the chain as already superseded by the newer fact.
+        return _store_late_fact(conn, tenant_id=tenant_id, fact_id=fact_id, write=write, vector=vector,
+                                embedding_version_id=embedding_version_id, source_butler=source_butler,
+                                actor=actor, now=now, newer=previous[0]["id"])
     for old in previous:
         check_transition("fact", old["validity"], "superseded")
         repo.update_row(conn, kind="fact", entity_id=old["id"], values={
             "validity": "superseded", "superseded_by_id": fact_id, "superseded_at": now,
         })
     supersedes = previous[0]["id"] if previous else None
-    repo.insert_rows(conn, kind="fact", rows=[{
-        "id": fact_id, "tenant_id": tenant_id, "subject": write.subject, "predicate": write.predicate,
-        "content": write.content, "embedding": vector, "embedding_version_id": embedding_version_id,
-        "importance": write.importance, "confidence": write.confidence,
-        "decay_rate": decay_rate_for(write.permanence), "permanence": write.permanence,
-        "source_butler": source_butler, "source_episode_id": write.source_episode_id, "supersedes_id": supersedes,
-        "validity": "active", "scope": write.scope, "created_at": now, "last_referenced_at": now,
-        "last_confirmed_at": now, "request_id": actor.request_id, "tags": write.tags, "metadata": write.metadata,
-    }])
+    repo.insert_rows(conn, kind="fact", rows=[_fact_row(
+        tenant_id=tenant_id, fact_id=fact_id, write=write, vector=vector, embedding_version_id=embedding_version_id,
+        source_butler=source_butler, actor=actor, now=now, supersedes=supersedes)])
     repo.add_links(conn, [
         {"tenant_id": tenant_id, "source_type": "fact", "source_id": fact_id, "target_type": "fact",
          "target_id": old["id"], "relation": "supersedes", "created_at": now} for old in previous
@@ -121,6 +121,39 @@ def store_fact(
                for old in previous]
     repo.record_events(conn, events)
     return {"id": str(fact_id), "superseded": [str(o["id"]) for o in previous]}
+
+
+def _fact_row(
+    *, tenant_id: str, fact_id: uuid.UUID, write: FactWrite, vector: np.ndarray, embedding_version_id: int | None,
+    source_butler: str | None, actor: Actor, now: datetime, supersedes: uuid.UUID | None,
+    validity: str = "active", superseded_by: uuid.UUID | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": fact_id, "tenant_id": tenant_id, "subject": write.subject, "predicate": write.predicate,
+        "content": write.content, "embedding": vector, "embedding_version_id": embedding_version_id,
+        "importance": write.importance, "confidence": write.confidence,
+        "decay_rate": decay_rate_for(write.permanence), "permanence": write.permanence,
+        "source_butler": source_butler, "source_episode_id": write.source_episode_id, "supersedes_id": supersedes,
+        "superseded_by_id": superseded_by, "superseded_at": now if superseded_by else None,
+        "validity": validity, "scope": write.scope, "created_at": now, "last_referenced_at": now,
+        "last_confirmed_at": now, "request_id": actor.request_id, "tags": write.tags, "metadata": write.metadata,
+    }
+
+
+def _store_late_fact(
+    conn: Connection, *, tenant_id: str, fact_id: uuid.UUID, write: FactWrite, vector: np.ndarray,
+    embedding_version_id: int | None, source_butler: str | None, actor: Actor, now: datetime, newer: uuid.UUID,
+) -> dict[str, Any]:
+    repo.insert_rows(conn, kind="fact", rows=[_fact_row(
+        tenant_id=tenant_id, fact_id=fact_id, write=write, vector=vector, embedding_version_id=embedding_version_id,
+        source_butler=source_butler, actor=actor, now=now, supersedes=None, validity="superseded",
+        superseded_by=newer)])
+    repo.add_links(conn, [{"tenant_id": tenant_id, "source_type": "fact", "source_id": newer, "target_type": "fact",
+                           "target_id": fact_id, "relation": "supersedes", "created_at": now}])
+    repo.record_events(conn, [_event(tenant_id, "fact.stored", "fact", fact_id, actor,
+                                     {"subject": write.subject, "predicate": write.predicate, "scope": write.scope,
+                                      "superseded_by": str(newer), "late": True})])
+    return {"id": str(fact_id), "superseded": [], "superseded_by": str(newer)}
 
 
 def store_rule(

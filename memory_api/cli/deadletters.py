@@ -77,14 +77,16 @@ def _wake(done: Iterable[Redriven], settings: Settings) -> None:
     """Wake each key once; if Redis is down the sweeps find the pending work anyway."""
     from memory_workers.enqueue import wake_apply, wake_consolidate  # the workers' enqueue surface
 
-    keys = {(r.kind, r.tenant_id, r.butler) for r in done}
-    for kind, tenant_id, butler in sorted(keys):
+    keys = sorted({(r.kind, r.tenant_id, r.butler) for r in done})
+    for kind, tenant_id, butler in keys:
         wake = wake_consolidate if kind == "episode" else wake_apply
         try:
             wake(tenant_id, butler, settings=settings)
         except Unavailable as exc:
             print(f"warning: {exc.message}; the scheduled sweeps will pick the work up", file=sys.stderr)
             return
+    if keys:
+        print(f"woke the workers of {len(keys)} shard key(s)")
 
 
 def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -3,7 +3,7 @@ database does not answer in time the result is empty with ``degraded: true`` rat
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from pydantic import Field
@@ -14,7 +14,7 @@ from memory_api.tools.params import (
 )
 from memory_api.tools.results import Hits, MemoryRecord
 from memory_api.tools.runtime import Call, current_call, tool_call
-from shared.errors import Pending
+from shared.errors import NotFound, Pending
 
 ALL_TYPES = ("episode", "fact", "rule")
 
@@ -76,9 +76,17 @@ async def memory_get(
     call = current_call()
     visibility = access.default_visibility(call.principal)
     reader = call.services.reader
+
+    def get() -> dict[str, Any]:
+        try:
+            return reader.get(tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id)
+        except NotFound:
+            # Reader.get reads the row, then the intent, at READ COMMITTED: a worker committing in between makes
+            # a just-applied write look unknown. Asking once more sees the committed row.
+            return reader.get(tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id)
+
     try:
-        row, reason = await call.read_or_degrade(lambda: reader.get(
-            tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id), None)
+        row, reason = await call.read_or_degrade(get, None)
     except Pending as exc:
         return MemoryRecord(status="pending", type=type, id=str(id), reason=exc.message, request_id=call.request_id)
     if reason is not None:

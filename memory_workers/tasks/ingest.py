@@ -107,7 +107,7 @@ def _apply_round(rt: Runtime, *, tenant_id: str, butler: str, limit: int, actor:
             if not _try_lock(conn, tenant_id, butler):
                 return None
             intents = intake.claim_pending(conn, tenant_id=tenant_id, butler=butler, limit=limit)
-            summary.counts.update(apply_batch(conn, rt, intents=intents, actor=actor))
+            counts = apply_batch(conn, rt, intents=intents, actor=actor)
     except SoftTimeLimitExceeded:
         raise
     except Exception as exc:  # noqa: BLE001 - isolate whatever broke the batch (e.g. the embedder) to one intent
@@ -120,6 +120,7 @@ def _apply_round(rt: Runtime, *, tenant_id: str, butler: str, limit: int, actor:
                                             summary=summary):
             done += 1
         return done
+    summary.counts.update(counts)  # counted once committed
     summary.batches += 1
     return len(intents)
 
@@ -130,9 +131,9 @@ def _fail_oldest(rt: Runtime, *, tenant_id: str, butler: str, exc: Exception, su
         if not _try_lock(conn, tenant_id, butler):
             return None
         intents = intake.claim_pending(conn, tenant_id=tenant_id, butler=butler, limit=1)
-        for intent in intents:
-            summary.counts[_mark_failed(conn, rt, intent, exc)] += 1
-        return len(intents)
+        outcomes = [_mark_failed(conn, rt, intent, exc) for intent in intents]
+    summary.counts.update(outcomes)
+    return len(intents)
 
 
 def _try_lock(conn: Connection, tenant_id: str, butler: str) -> bool:
@@ -154,10 +155,10 @@ def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
     parsed, failures = [], []
     for intent in intents:
         try:
-            parsed.append((intent, parse(WRITE_MODELS[intent["kind"]], intent["payload"])))
+            parsed.append((intent, _parse(intent)))
         except InvalidInput as exc:
             failures.append((intent, exc))
-    # One model call for the whole batch: per-text calls cost ~10x on CPU.
+    # One model call for the whole batch: batched inference amortises the model's per-call overhead.
     vectors = rt.embedder.embed([embedding_text(i["kind"], w) for i, w in parsed]) if parsed else np.zeros((0, 384))
     version_id = repo.embedding_version_id(conn, rt.embedder.version) if parsed else None
     items = [(i, w, v) for (i, w), v in zip(parsed, vectors, strict=True)]
@@ -175,6 +176,15 @@ def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
     for intent, exc in failures:
         counts[_mark_failed(conn, rt, intent, exc)] += 1
     return counts
+
+
+def _parse(intent: RowMapping) -> Any:
+    """The intent's validated write; an episode must belong to the shard key it was accepted under."""
+    write = parse(WRITE_MODELS[intent["kind"]], intent["payload"])
+    if intent["kind"] == "episode" and write.butler != intent["butler"]:
+        raise InvalidInput(f"butler: payload says {write.butler!r}, the intent's key says {intent['butler']!r}",
+                           field="butler")
+    return write
 
 
 def _insert_episodes(conn: Connection, rt: Runtime, items: list[tuple[RowMapping, Any, np.ndarray]],

@@ -29,6 +29,10 @@ STALE_INTENT = timedelta(seconds=30)
 # An episode pending this long lost its consolidation wake-up: ingest wakes consolidation on every applied
 # batch, so a healthy key's pending episodes are seconds old; 5 minutes leaves room for a slow extractor.
 STUCK_PENDING = timedelta(minutes=5)
+# The seed's SLO: a daily sweep completes within 30 minutes. Past it the sweep stops (its batches so far are
+# committed) and the run records the error; the worker-wide limit (10 min) would cut a large tenant base short.
+SWEEP_SOFT_LIMIT_S = 1800
+SWEEP_HARD_LIMIT_S = SWEEP_SOFT_LIMIT_S + 60
 
 Body = Callable[[Runtime, datetime], dict[str, Any]]
 
@@ -98,14 +102,14 @@ def consolidate_all(self: Any, tick: str | None = None) -> dict[str, Any]:
     return run_ticked(CONSOLIDATE_ALL, self.request, tick, _consolidate_all)
 
 
-@app.task(name=DECAY_SWEEP, bind=True)
+@app.task(name=DECAY_SWEEP, bind=True, soft_time_limit=SWEEP_SOFT_LIMIT_S, time_limit=SWEEP_HARD_LIMIT_S)
 def decay_sweep(self: Any, tick: str | None = None) -> dict[str, Any]:
     """Move decayed facts and rules to fading/expired and invert harmful rules, once per tick."""
     return run_ticked(DECAY_SWEEP, self.request, tick,
                       lambda rt, now: maintenance.decay_sweep(rt.engine, now=now, settings=rt.settings))
 
 
-@app.task(name=EPISODE_CLEANUP, bind=True)
+@app.task(name=EPISODE_CLEANUP, bind=True, soft_time_limit=SWEEP_SOFT_LIMIT_S, time_limit=SWEEP_HARD_LIMIT_S)
 def episode_cleanup(self: Any, tick: str | None = None) -> dict[str, Any]:
     """Delete expired episodes and enforce max_entries (consolidated ones only), once per tick."""
     return run_ticked(EPISODE_CLEANUP, self.request, tick,

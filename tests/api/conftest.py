@@ -135,8 +135,40 @@ def worker(api_settings: Settings) -> Iterator[None]:
     count = api_settings.workers.shard_count
     queues = sorted({queue_for("t", f"b{i}", count) for i in range(count * 50)} | {MAINTENANCE_QUEUE})
     with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, loglevel="WARNING",
-                      queues=queues, shutdown_timeout=30):
+                      queues=queues, shutdown_timeout=30), redelivery_sweep(api_settings):
         yield
+
+
+@contextlib.contextmanager
+def redelivery_sweep(settings: Settings, *, stale_s: float = 2.0, every_s: float = 0.5) -> Iterator[None]:
+    """What the scheduled redelivery sweep does in production: re-wake keys whose intents wait too long.
+
+    Wake-ups are only hints; another test run flushing the shared test Redis must not make this one flaky.
+    """
+    from datetime import datetime, timedelta, timezone
+
+    from memory_workers.enqueue import wake_apply
+    from shared.db import engine_for
+    from shared.intake import stale_pending_keys
+
+    stop = threading.Event()
+
+    def sweep() -> None:
+        engine = engine_for(settings.database_url)
+        while not stop.wait(every_s):
+            with contextlib.suppress(Exception):
+                with engine.connect() as conn:
+                    keys = stale_pending_keys(conn, older_than=datetime.now(timezone.utc) - timedelta(seconds=stale_s))
+                for tenant_id, butler in keys:
+                    wake_apply(tenant_id, butler, settings=settings)
+
+    thread = threading.Thread(target=sweep, name="test-redelivery-sweep", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 def new_tenant(engine: Engine) -> str:

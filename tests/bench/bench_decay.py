@@ -55,8 +55,8 @@ def load(engine: Engine, n: int, chunk: int = 100_000) -> float:
     while done < n:
         size = min(chunk, n - done)
         with engine.begin() as conn:
-            conn.execute(text(LOAD_SQL.replace("generate_series(1, :n)", f"generate_series({done + 1}, {done + size})")),
-                         {"tenants": TENANTS, "vec": VEC, "now": NOW})
+            sql = LOAD_SQL.replace("generate_series(1, :n)", f"generate_series({done + 1}, {done + size})")
+            conn.execute(text(sql), {"tenants": TENANTS, "vec": VEC, "now": NOW})
         done += size
         print(f"  loaded {done:,} facts ({time.monotonic() - started:.0f} s)", flush=True)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-import redis as redis_lib
 from sqlalchemy import text
 
 from memory_workers.extractors import HeuristicExtractor
@@ -27,7 +26,6 @@ from shared.errors import ExtractionError
 from shared.extraction import Confirmation, Extraction, ExtractionRequest, NewFact, NewRule, validate_extraction
 from shared.schemas import EpisodeWrite, FactWrite
 from shared.scoring import decay_rate_for
-from shared.sharding import queue_for
 from shared.writes import Actor
 
 NOW = datetime.now(timezone.utc)
@@ -324,7 +322,5 @@ def test_the_dead_letters_cli_lists_shows_and_redrives(engine, settings, embedde
     assert (listed["id"], listed["attempts"], listed["status"]) == (str(ids[0]), 3, "dead_letter")
     assert "attempts  3" in shown and "POISON again" in shown
     assert "redriven: 1 episode(s), 0 write intent(s)" in redriven
+    assert "woke the workers of 1 shard key(s)" in redriven  # published to the test Redis
     assert statuses(engine, ids) == [("pending", 0)]
-    queue = queue_for(t, BUTLER, load_settings().workers.shard_count)
-    message = json.loads(redis_lib.Redis.from_url(redis_url).lpop(queue))  # the redrive woke the key's worker
-    assert message["headers"]["task"] == "memory.consolidate"

@@ -271,3 +271,16 @@ def test_context_never_exceeds_its_budget_and_is_identical_across_runs(reader, c
         assert "confirmed" in first.text and "[candidate, global]" in first.text
     if budget >= 3000:
         assert "### Avoid (Anti-patterns)" in first.text and "ANTI-PATTERN: Do NOT" in first.text
+
+
+def test_a_late_applied_older_fact_does_not_supersede_a_newer_one(engine, embedder):
+    # given a fact accepted at 10:00 applied after a fact for the same key accepted at 11:00 (a retried write)
+    t = new_tenant(engine)
+    newer = fact(engine, embedder, t, "user", "home_city", "Lives in Porto", now=NOW)
+    older = fact(engine, embedder, t, "user", "home_city", "Lives in Lisbon", now=NOW - timedelta(hours=1))
+    with engine.connect() as conn:
+        rows = {r.id: r for r in conn.execute(text(
+            "SELECT id, validity, superseded_by_id FROM facts WHERE tenant_id = :t"), {"t": t})}
+    # then the latest accepted write stays active and the late one joins the chain as superseded
+    assert rows[newer].validity == "active"
+    assert rows[older].validity == "superseded" and rows[older].superseded_by_id == newer

@@ -141,12 +141,14 @@ def test_a_poison_intent_is_dead_lettered_without_blocking_later_ones(settings, 
     bad_payload = intake.WriteRequest("fact", "general", {"predicate": "name", "content": "no subject"}, None)
     refused_row = fact("Works at Acme", predicate="employer", source_episode_id=str(uuid.uuid4()))  # FK violation
     later_rule = intake.WriteRequest("rule", "general", RuleWrite(content="Always answer in Spanish").model_dump(), None)
-    ids = [a.id for a in accept(engine, t, [episode("first"), bad_payload, refused_row, episode("later"), later_rule])]
+    wrong_key = intake.WriteRequest("episode", "general", EpisodeWrite(content="x", butler="health").model_dump(), None)
+    ids = [a.id for a in accept(engine, t, [episode("first"), bad_payload, refused_row, wrong_key, episode("later"),
+                                            later_rule])]
 
     first = apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)
 
     status = dict(rows(engine, "SELECT id, status FROM write_intents WHERE tenant_id = :t", t=t))
-    assert [status[i] for i in ids] == ["applied", "dead_letter", "pending", "applied", "applied"]
+    assert [status[i] for i in ids] == ["applied", "dead_letter", "pending", "dead_letter", "applied", "applied"]
     assert first.more  # the refused row is still pending, so the task asks to be run again
     for _ in range(MAX_ATTEMPTS - 1):
         apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)

@@ -40,7 +40,8 @@ def _rule(conn, tenant, content, *, harmful=0, eff=0.0, maturity="established", 
     rid = uuid.uuid4()
     conn.execute(text(
         "INSERT INTO rules (id, tenant_id, content, embedding, maturity, harmful_count, effectiveness_score, "
-        "decay_rate, confidence, last_confirmed_at) VALUES (:id, :t, :c, CAST(:e AS vector), :m, :h, :eff, :r, 1.0, :at)"
+        "decay_rate, confidence, last_confirmed_at) "
+        "VALUES (:id, :t, :c, CAST(:e AS vector), :m, :h, :eff, :r, 1.0, :at)"
     ), {"id": rid, "t": tenant, "c": content, "e": VEC, "m": maturity, "h": harmful, "eff": eff, "r": rate,
         "at": NOW - timedelta(days=age_days)})
     for i, reason in enumerate(reasons):
@@ -126,7 +127,8 @@ def test_harmful_rules_are_inverted_like_the_python_function(conn, tenant):
     # given rules marked harmful with and without reasons, and rules that do not qualify
     cases = {
         _rule(conn, tenant, "Use tabs for indentation.", harmful=3, eff=0.1,
-              reasons=["broke the linter", "  ", "reviewers complained "]): ["broke the linter", "reviewers complained"],
+              reasons=["broke the linter", "  ", "reviewers complained "]):
+            ["broke the linter", "reviewers complained"],
         _rule(conn, tenant, "  API keys go in the repo..  ", harmful=4, eff=0.0, maturity="candidate"): [],
         _rule(conn, tenant, "Always deploy on Fridays", harmful=5, eff=0.2, maturity="proven",
               reasons=["outage"]): ["outage"],
@@ -146,7 +148,8 @@ def test_harmful_rules_are_inverted_like_the_python_function(conn, tenant):
         assert is_allowed("rule", event.payload["from"], "anti_pattern")
     # and the others are untouched
     for rid in (weak, helpful):
-        assert conn.execute(text("SELECT maturity FROM rules WHERE id = :id"), {"id": rid}).scalar_one() == "established"
+        maturity = conn.execute(text("SELECT maturity FROM rules WHERE id = :id"), {"id": rid}).scalar_one()
+        assert maturity == "established"
         assert _events(conn, tenant, rid) == []
 
 
@@ -212,7 +215,8 @@ def _episode(conn, tenant, *, status, age_days, expires_in_days=7.0, butler="hea
     eid = uuid.uuid4()
     seq = conn.execute(text(
         "INSERT INTO shard_sequences VALUES (:t, :b, 1) ON CONFLICT (tenant_id, butler) "
-        "DO UPDATE SET last_seq = shard_sequences.last_seq + 1 RETURNING last_seq"), {"t": tenant, "b": butler}).scalar()
+        "DO UPDATE SET last_seq = shard_sequences.last_seq + 1 RETURNING last_seq"),
+        {"t": tenant, "b": butler}).scalar()
     conn.execute(text(
         "INSERT INTO episodes (id, tenant_id, butler, seq, content, embedding, consolidation_status, created_at, "
         "expires_at) VALUES (:id, :t, :b, :seq, 'e', CAST(:e AS vector), :st, :c, :x)"

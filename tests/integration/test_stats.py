@@ -36,7 +36,8 @@ def _rule(conn, tenant, *, maturity="candidate", success=0, harmful=0, eff=0.0, 
 def _episode(conn, tenant, *, butler="health", status="pending", age_seconds=0.0):
     seq = conn.execute(text(
         "INSERT INTO shard_sequences VALUES (:t, :b, 1) ON CONFLICT (tenant_id, butler) "
-        "DO UPDATE SET last_seq = shard_sequences.last_seq + 1 RETURNING last_seq"), {"t": tenant, "b": butler}).scalar()
+        "DO UPDATE SET last_seq = shard_sequences.last_seq + 1 RETURNING last_seq"),
+        {"t": tenant, "b": butler}).scalar()
     conn.execute(text(
         "INSERT INTO episodes (id, tenant_id, butler, seq, content, embedding, consolidation_status, created_at, "
         "expires_at) VALUES (:id, :t, :b, :seq, 'e', CAST(:e AS vector), :st, :c, :x)"
@@ -47,7 +48,8 @@ def _episode(conn, tenant, *, butler="health", status="pending", age_seconds=0.0
 def _intent(conn, tenant, *, butler="health", status="pending", age_seconds=0.0):
     seq = conn.execute(text(
         "INSERT INTO shard_sequences VALUES (:t, :b, 1) ON CONFLICT (tenant_id, butler) "
-        "DO UPDATE SET last_seq = shard_sequences.last_seq + 1 RETURNING last_seq"), {"t": tenant, "b": butler}).scalar()
+        "DO UPDATE SET last_seq = shard_sequences.last_seq + 1 RETURNING last_seq"),
+        {"t": tenant, "b": butler}).scalar()
     conn.execute(text(
         "INSERT INTO write_intents (id, tenant_id, butler, seq, kind, payload, actor, status, created_at) "
         "VALUES (:id, :t, :b, :seq, 'episode', '{}', 'test', :st, :c)"

@@ -1,0 +1,278 @@
+"""One load-test run: find the target, make the run's tenants, burst, drain, verify, report.
+
+The target is the URL given (with its tokens and, for verification, its database URL), or the local stack
+running for the data dir (its stack.json names the front and the database), or, for a fault drill, a fresh
+stack this run starts and stops (:class:`memory_api.loadtest.chaos.LocalStack`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+from sqlalchemy import Engine, text
+
+from memory_api.loadtest import generator, report, verify
+from memory_api.loadtest.chaos import Drill, LocalStack
+from memory_api.loadtest.client import ClientConfig, Pacer, Reader, Writer, call_tool, open_session
+from memory_api.loadtest.metrics import Recorder, latency_summary, run_sampler
+from shared import db
+from shared.db import unit_of_work
+from shared.tenancy import create_token, ensure_tenant
+
+EXIT_PASSED, EXIT_FAILED, EXIT_SETUP = 0, 1, 3
+READ_TOOLS = {"context": "memory_context", "search": "memory_search"}
+
+
+class SetupError(RuntimeError):
+    """The run cannot start (no target, a bad token, a stack that did not come up); nothing was measured."""
+
+
+@dataclass
+class BurstConfig:
+    url: str | None = None
+    tokens: dict[str, str] = field(default_factory=dict)   # tenant -> token, for deployments we do not own
+    database_url: str | None = None
+    data_dir: Path | None = None
+    episodes: int = 1000
+    clients: int = 50
+    tenants: int = 2
+    butlers: int = 4
+    rate: float = 0.0
+    batch: int = 0
+    readers: int = 0
+    read_rate: float = 50.0
+    read_tool: str = "context"
+    replay: bool = False
+    chaos: str | None = None
+    outage_s: float = 5.0
+    chaos_at: float = 0.3
+    out_dir: Path = Path("loadtest-out")
+    drain_timeout_s: float = 300.0
+    give_up_s: float = 180.0
+    max_seconds: float = 1800.0
+    create_tenants: bool | None = None
+    seed: int = 1
+    quiet: bool = False
+    keep_stack: bool = False   # a drill's stack data dir (logs) is kept for a post-mortem
+
+
+def resolve_target(config: BurstConfig) -> tuple[str, str | None]:
+    """(MCP URL, database URL or None): the given URL, else the local stack running for the data dir."""
+    if config.url:
+        return config.url, config.database_url
+    from memory_api.cli import stack as stack_cli
+    from shared.config import load_settings
+
+    data_dir = (config.data_dir or load_settings().data_dir).expanduser().resolve()
+    record = stack_cli.read_stack(data_dir)
+    front = (record or {}).get("parts", {}).get("front", {})
+    if not record or record.get("state") != "running" or "url" not in front:
+        raise SetupError(f"no running stack in {data_dir}: start one with `memory-butler up`, or pass --url")
+    return front["url"], config.database_url or record.get("database_url")
+
+
+def make_tenants(engine: Engine, tenants: list[generator.TenantPlan], run_id: str) -> dict[str, str]:
+    """Create the run's tenants and one butler token each (covering the run's butlers)."""
+    tokens = {}
+    with unit_of_work(engine) as conn:
+        for tenant in tenants:
+            ensure_tenant(conn, tenant_id=tenant.tenant_id)
+            _, tokens[tenant.tenant_id] = create_token(conn, tenant_id=tenant.tenant_id, name=f"loadtest-{run_id}",
+                                                       butlers=list(tenant.butlers), role="butler")
+    return tokens
+
+
+async def preflight(url: str, tokens: dict[str, str]) -> None:
+    """Every token opens a session and reads once, so a wrong URL or token fails now, not as endless retries."""
+    for tenant, token in tokens.items():
+        try:
+            async with open_session(url, token, timeout_s=30) as session:
+                await call_tool(session, "memory_stats", {}, timeout_s=30)
+        except Exception as exc:  # noqa: BLE001 - report any failure as a setup error with its cause
+            raise SetupError(f"cannot use the token of {tenant} at {url}: {type(exc).__name__}: {exc}") from exc
+
+
+def _queries(seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [f"What should I know about {generator.episode_text(rng, butler).split('.')[0].lower()}?"
+            for butler in generator.BUTLER_NAMES for _ in range(8)]
+
+
+async def burst(config: BurstConfig, *, stack: LocalStack | None = None, console: Console | None = None) -> dict:
+    """The whole run; returns every figure (``failures`` is empty when verification passed)."""
+    console = console or Console(stderr=True)
+    url, database_url = (stack.url, stack.database_url) if stack else resolve_target(config)
+    run_id = generator.new_run_id()
+    engine = db.make_engine(database_url, pool_size=2) if database_url else None
+    try:
+        tenants = generator.plan_tenants(run_id, count=len(config.tokens) or config.tenants, butlers=config.butlers,
+                                         tenant_ids=list(config.tokens) or None)
+        create = config.create_tenants if config.create_tenants is not None else not config.tokens
+        if create and engine is None:
+            raise SetupError("creating tenants needs --database-url (or pass --token TENANT=TOKEN pairs)")
+        tokens = await asyncio.to_thread(make_tenants, engine, tenants, run_id) if create else dict(config.tokens)
+        await preflight(url, tokens)
+        return await _run(config, url=url, engine=engine, run_id=run_id, tenants=tenants, tokens=tokens,
+                          stack=stack, console=console)
+    finally:
+        if engine is not None:
+            engine.dispose()
+
+
+async def _run(config: BurstConfig, *, url: str, engine: Engine | None, run_id: str,
+               tenants: list[generator.TenantPlan], tokens: dict[str, str], stack: LocalStack | None,
+               console: Console) -> dict:
+    tenant_ids = [t.tenant_id for t in tenants]
+    baseline = await asyncio.to_thread(_stored, engine, tenant_ids) if engine is not None else 0
+    recorder, writers_done, sampler_stop = Recorder(), asyncio.Event(), asyncio.Event()
+    client_config = ClientConfig(url=url, give_up_s=config.give_up_s, replay=config.replay or config.chaos == "replay",
+                                 batch=config.batch)
+    pacer = Pacer(config.rate)
+    writers = []
+    for client, count in enumerate(generator.split_evenly(config.episodes, config.clients)):
+        tenant = generator.client_tenant(client, tenants)
+        plan = generator.client_episodes(run_id, client=client, count=count, tenant=tenant, seed=config.seed)
+        writers.append(Writer(client_config, tokens[tenant.tenant_id], plan, recorder, pacer, writers_done))
+    readers = [Reader(url, tokens[tenants[i % len(tenants)].tenant_id], READ_TOOLS[config.read_tool],
+                      tenants[i % len(tenants)].butlers, _queries(config.seed + i), recorder,
+                      Pacer(config.read_rate / config.readers), writers_done) for i in range(config.readers)]
+    drill = Drill(config.chaos, stack, config.outage_s, config.chaos_at) if config.chaos and stack else None
+    keys = [(t.tenant_id, b) for t in tenants for b in t.butlers]
+    cpu_before = psutil.Process().cpu_times()
+    with report.live(console, quiet=config.quiet) as live:
+        live.phase("burst", config.episodes)
+        sampler = asyncio.create_task(run_sampler(recorder, engine, tenant_ids, baseline=baseline, stop=sampler_stop))
+        drill_task = asyncio.create_task(drill.run(recorder, target=config.episodes, done=writers_done, keys=keys)) \
+            if drill else None
+        tasks = [asyncio.create_task(r.run()) for r in readers]
+        ticker = asyncio.create_task(_tick(live, recorder, writers_done))
+        try:
+            await asyncio.wait_for(asyncio.gather(*(w.run() for w in writers)), config.max_seconds)
+        except TimeoutError:
+            recorder.counts["stopped_at_max_seconds"] += 1
+        recorder.burst_ended = recorder.now()
+        writers_done.set()
+        cpu = _cpu_seconds(cpu_before)
+        await asyncio.gather(*tasks, ticker, *([drill_task] if drill_task else []))
+        drained = True
+        if engine is not None:
+            drained = await asyncio.to_thread(_drain, engine, tenant_ids, config.drain_timeout_s, live)
+        drained_at = recorder.now()
+        sampler_stop.set()
+        await sampler
+    figures = _figures(config, recorder, url=url, run_id=run_id, tenants=tenants, drained=drained,
+                       drained_at=drained_at, cpu=cpu, has_drill=drill is not None)
+    if engine is not None:
+        figures["database"] = await asyncio.to_thread(
+            verify.check_database, engine, accepts=recorder.accepts, tenants=tenants, run_tag=f"lt{run_id}t")
+    figures["isolation"] = await verify.probe_isolation(url, tenants, tokens) if len(tenants) > 1 else None
+    figures["failures"] = verify.verdict(figures)
+    if drill is not None and not recorder.window(config.chaos) and config.chaos != "replay":
+        figures["failures"].append(f"the {config.chaos} drill never fired (the burst ended first): raise --episodes")
+    return _write(config, figures, recorder, console)
+
+
+async def _tick(live: report.Live, recorder: Recorder, done: asyncio.Event) -> None:
+    while not done.is_set():
+        live.update(len(recorder.accepts), report.burst_info(recorder))
+        await asyncio.sleep(0.25)
+    live.update(len(recorder.accepts), report.burst_info(recorder))
+
+
+def _drain(engine: Engine, tenant_ids: list[str], timeout_s: float, live: report.Live) -> bool:
+    seen = {"max": 0}
+    live.phase("drain", 1)
+
+    def on_poll(state: dict[str, int] | None) -> None:
+        if state is None:
+            live.update(0, "database unreachable")
+            return
+        left = state["pending_intents"] + state["due"]
+        seen["max"] = max(seen["max"], left)
+        live.update(seen["max"] - left, f"{state['pending_intents']} intents, {state['due']} episodes due",
+                    total=seen["max"])
+
+    return verify.wait_for_drain(engine, tenant_ids, timeout_s=timeout_s, on_poll=on_poll)
+
+
+def _stored(engine: Engine, tenant_ids: list[str]) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM episodes WHERE tenant_id = ANY(:t)"), {"t": tenant_ids}).scalar_one()
+
+
+def _cpu_seconds(before: Any) -> float:
+    after = psutil.Process().cpu_times()
+    return (after.user - before.user) + (after.system - before.system)
+
+
+def _figures(config: BurstConfig, recorder: Recorder, *, url: str, run_id: str,
+             tenants: list[generator.TenantPlan], drained: bool, drained_at: float, cpu: float,
+             has_drill: bool) -> dict[str, Any]:
+    accepts, ended = recorder.accepts, recorder.burst_ended or recorder.now()
+    first = min((a.first_sent_at for a in accepts), default=0.0)
+    burst_s = max(ended - first, 1e-6)
+    all_stored = next((s["t"] for s in recorder.samples if s["stored"] is not None and s["stored"] >= len(accepts)), None)
+    reads = [r[1] for r in recorder.reads]
+    settings = {k: v for k, v in asdict(config).items() if k not in ("tokens", "database_url")}
+    return {
+        "run_id": run_id, "config": {**settings, "url": url, "out_dir": str(config.out_dir),
+                                     "data_dir": str(config.data_dir) if config.data_dir else None},
+        "tenants": [{"tenant_id": t.tenant_id, "marker": t.marker, "butlers": list(t.butlers)} for t in tenants],
+        "counts": dict(recorder.counts), "events": recorder.events, "drained": drained,
+        "drain_timeout_s": config.drain_timeout_s,
+        "accepted_while_db_down": recorder.accepted_within(w) if (w := recorder.window("postgres")) else 0,
+        "summary": {
+            "planned": config.episodes, "accepted": len(accepts), "burst_seconds": burst_s,
+            "accepted_per_s": len(accepts) / burst_s, "accept_ms": latency_summary([c[1] for c in recorder.calls]),
+            "accept_total_ms": latency_summary([a.total_ms for a in accepts]),
+            "applied_after_burst_s": max(0.0, all_stored - ended) if all_stored is not None else None,
+            "drain_episodes_per_s": len(accepts) / max(all_stored - first, 1e-6) if all_stored is not None else None,
+            "consolidated_after_burst_s": max(0.0, drained_at - ended) if drained else None,
+            "reads": latency_summary(reads), "read_rps": len(reads) / burst_s,
+            "reads_degraded": sum(r[2] for r in recorder.reads),
+            "loadgen_cpu_percent": 100 * cpu / burst_s, "drill": config.chaos if has_drill else None,
+        },
+    }
+
+
+def _write(config: BurstConfig, figures: dict, recorder: Recorder, console: Console) -> dict:
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    stem = config.out_dir / f"loadtest-{figures['run_id']}"
+    figures["files"] = {"json": str(stem.with_suffix(".json")), "png": str(stem.with_suffix(".png"))}
+    report.write_plot(recorder, figures, Path(figures["files"]["png"]))
+    report.write_json(figures, recorder, Path(figures["files"]["json"]))
+    Console().print(report.summary_table(figures))
+    console.print(f"wrote {figures['files']['json']} and {figures['files']['png']}")
+    return figures
+
+
+def run(config: BurstConfig) -> int:
+    """The command: start a stack for a drill (and stop it after), run, and answer the exit code."""
+    try:
+        if config.chaos:
+            if config.url:
+                raise SetupError("--chaos drills run only on a stack they start themselves; drop --url")
+            stack = LocalStack(keep=config.keep_stack)
+            try:
+                stack.start()
+            except (RuntimeError, OSError) as exc:
+                stack.stop()
+                raise SetupError(f"the drill's stack did not start: {exc}") from exc
+            try:
+                figures = asyncio.run(burst(config, stack=stack))
+            finally:
+                stack.stop()
+                if config.keep_stack:
+                    Console(stderr=True).print(f"kept the drill's stack data and logs in {stack.data_dir}")
+        else:
+            figures = asyncio.run(burst(config))
+    except SetupError as exc:
+        Console(stderr=True).print(f"[red]memory-butler loadtest: {exc}[/]")
+        return EXIT_SETUP
+    return EXIT_FAILED if figures["failures"] else EXIT_PASSED

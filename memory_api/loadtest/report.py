@@ -1,0 +1,162 @@
+"""How a load test shows itself: a live progress bar, the summary table, the JSON of every figure, the PNG plot."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from memory_api.loadtest.metrics import Recorder
+
+
+class Live:
+    """The progress bar: accepted of planned during the burst, then the backlog draining to zero."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress = progress
+        self.task: TaskID | None = None
+
+    def phase(self, description: str, total: int) -> None:
+        if self.progress is None:
+            return
+        if self.task is not None:
+            self.progress.stop_task(self.task)
+        self.task = self.progress.add_task(description, total=max(total, 1), info="")
+
+    def update(self, completed: int, info: str = "", total: int | None = None) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, completed=completed, info=info,
+                                 **({"total": max(total, 1)} if total is not None else {}))
+
+
+@contextmanager
+def live(console: Console, *, quiet: bool) -> Iterator[Live]:
+    if quiet:
+        yield Live(None)
+        return
+    columns = (TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[info]}"))
+    with Progress(*columns, console=console, transient=False, refresh_per_second=4) as progress:
+        yield Live(progress)
+
+
+def burst_info(recorder: Recorder) -> str:
+    """The line beside the bar: rate over the last 2 s, backlog, retries."""
+    now = recorder.now()
+    recent = sum(n for t, _, n in recorder.calls[-2000:] if t >= now - 2.0) / 2.0
+    sample = recorder.samples[-1] if recorder.samples else {}
+    retries = sum(v for k, v in recorder.counts.items() if k.startswith("retried_") or k == "transport_errors")
+    backlog = sample.get("backlog")
+    return f"{recent:6.0f}/s  backlog {backlog if backlog is not None else '?':>6}  retries {retries}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def summary_table(figures: dict[str, Any]) -> Table:
+    s, db = figures["summary"], figures.get("database") or {}
+    table = Table(title=f"memory-butler loadtest burst {figures['run_id']}", show_header=False)
+    table.add_column("figure", style="bold")
+    table.add_column("value")
+    rows = [
+        ("target", f"{figures['config']['url']}  ({figures['config'].get('chaos') or 'no drill'})"),
+        ("planned", f"{s['planned']} episodes, {figures['config']['clients']} clients, "
+                    f"{figures['config']['tenants']} tenants x {figures['config']['butlers']} butlers, "
+                    + (f"batches of {figures['config']['batch']}" if figures['config']['batch'] else "single calls")),
+        ("accepted", f"{s['accepted']} in {s['burst_seconds']:.1f} s = {s['accepted_per_s']:.0f} episodes/s"),
+        ("accept latency", f"p50 {_ms(s['accept_ms']['p50'])}  p95 {_ms(s['accept_ms']['p95'])}  "
+                           f"p99 {_ms(s['accept_ms']['p99'])}  max {_ms(s['accept_ms']['max'])}"),
+        ("with retries", f"p99 {_ms(s['accept_total_ms']['p99'])}  max {_ms(s['accept_total_ms']['max'])}"),
+        ("stored", f"all {db.get('stored', '?')} applied {_secs(s.get('applied_after_burst_s'))} after the burst "
+                   f"({_rate(s.get('drain_episodes_per_s'))})"),
+        ("consolidated", f"{_secs(s.get('consolidated_after_burst_s'))} after the burst; "
+                         f"{db.get('consolidation_status', {})}"),
+        ("reads", f"{s['reads']['count']} ({s['read_rps']:.1f}/s)  p50 {_ms(s['reads']['p50'])}  "
+                  f"p95 {_ms(s['reads']['p95'])}  degraded {s['reads_degraded']}" if s["reads"]["count"] else "none"),
+        ("retries", ", ".join(f"{k} {v}" for k, v in sorted(figures["counts"].items()) if v) or "none"),
+        ("load generator", f"{s['loadgen_cpu_percent']:.0f}% of one core"),
+        ("verification", _verification(figures)),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def _secs(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} episodes/s"
+
+
+def _verification(figures: dict[str, Any]) -> str:
+    db, iso = figures.get("database"), figures.get("isolation") or {}
+    if db is None:
+        return "[yellow]skipped (no database URL)[/]"
+    line = (f"lost {db['lost']}, duplicated {db['duplicated']}, out of order {db['out_of_order']}, "
+            f"not terminal {db['non_terminal']}, cross-tenant {db['cross_tenant_sql'] + iso.get('leaks', 0)}")
+    if figures["failures"]:
+        return f"[red]FAILED[/]: {line}\n" + "\n".join(f"  - {f}" for f in figures["failures"])
+    return f"[green]PASSED[/]: {line}"
+
+
+def write_json(figures: dict[str, Any], recorder: Recorder, path: Path) -> None:
+    raw = {"samples": recorder.samples, "events": recorder.events, "calls": recorder.calls,
+           "reads": recorder.reads, "accepts": recorder.accepts_json()}
+    path.write_text(json.dumps({**figures, "raw": raw}, indent=1, default=str))
+
+
+def write_plot(recorder: Recorder, figures: dict[str, Any], path: Path) -> None:
+    """Four panels over time: accept latency, accepted vs stored, backlog, read latency; drills shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = recorder.samples
+    t = [s["t"] for s in samples]
+    fig, axes = plt.subplots(4, 1, figsize=(11, 12), sharex=True)
+    ax = axes[0]
+    ax.scatter([c[0] for c in recorder.calls], [c[1] for c in recorder.calls], s=2, alpha=0.4)
+    ax.set_ylabel("accept latency (ms)")
+    ax.set_yscale("log")
+    ax = axes[1]
+    ax.plot(t, [s["accepted"] for s in samples], label="accepted (client)")
+    ax.plot(t, [s["stored"] for s in samples], label="stored (episodes rows)")
+    ax.set_ylabel("episodes")
+    ax.legend(loc="upper left")
+    ax = axes[2]
+    ax.plot(t, [s["pending_intents"] for s in samples], label="pending write intents")
+    ax.plot(t, [s["unconsolidated"] for s in samples], label="unconsolidated episodes")
+    ax.set_ylabel("backlog")
+    ax.legend(loc="upper left")
+    ax = axes[3]
+    ax.scatter([r[0] for r in recorder.reads], [r[1] for r in recorder.reads], s=2, alpha=0.4,
+               c=["red" if r[2] else "tab:blue" for r in recorder.reads])
+    ax.set_ylabel(f"{figures['config']['read_tool']} latency (ms)")
+    ax.set_xlabel("seconds since start")
+    for ax in axes:
+        _mark(ax, recorder)
+    fig.suptitle(f"loadtest {figures['run_id']}: {figures['summary']['accepted']} episodes, "
+                 f"{figures['config'].get('chaos') or 'no drill'}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _mark(ax: Any, recorder: Recorder) -> None:
+    if recorder.burst_ended is not None:
+        ax.axvline(recorder.burst_ended, color="grey", linestyle="--", linewidth=0.8)
+    for event in recorder.events:
+        if event["event"].endswith("_down"):
+            window = recorder.window(event["event"][: -len("_down")])
+            if window:
+                ax.axvspan(*window, color="orange", alpha=0.2)
