@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -203,12 +204,20 @@ def build_app(settings: Settings, *, database_url: str | None = None, token_ttl:
     server.custom_route("/healthz", methods=["GET"])(_healthz(services))
     server.custom_route("/metrics", methods=["GET"])(_metrics(services))
     app = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
-                                     host=settings.api.host)
+                                     host=settings.api.host, max_request_body_size=_max_body(settings))
     app.add_middleware(BearerAuth, services=services, cache=TokenCache(ttl=token_ttl))
     # One line per stateless request ("Terminating session: None") is noise next to our one line per tool call.
     logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
     app.state.services = services
     return app
+
+
+def _max_body(settings: Settings) -> int:
+    """Room for a full memory_ingest_batch (JSON may spend two bytes per character), never below the SDK's 4 MiB.
+
+    Bodies are read only after the token was accepted, so only authenticated callers can send this much.
+    """
+    return max(DEFAULT_MAX_REQUEST_BODY_SIZE, 2 * settings.api.max_batch * settings.api.max_content_chars + 2**20)
 
 
 def run_stdio(settings: Settings, *, database_url: str | None = None) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import logging.handlers
+import queue
 import sys
 import time
 
@@ -25,11 +28,22 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: str = "INFO") -> None:
-    """Route the root logger to stderr as JSON lines (idempotent)."""
+    """Route the root logger to stderr as JSON lines, written by a background thread (idempotent).
+
+    Request paths only enqueue the record; formatting and the write happen off the hot path.
+    """
+    global _listener
     root = logging.getLogger()
-    if any(isinstance(h.formatter, JsonFormatter) for h in root.handlers):
+    if _listener is not None:
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
-    root.handlers[:] = [handler]
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    _listener = logging.handlers.QueueListener(records, handler, respect_handler_level=False)
+    _listener.start()
+    atexit.register(_listener.stop)
+    root.handlers[:] = [logging.handlers.QueueHandler(records)]
     root.setLevel(level)
+
+
+_listener: logging.handlers.QueueListener | None = None

@@ -28,6 +28,7 @@ from shared.references import ReferenceBumper
 from shared.schemas import Hit
 from shared.writes import Visibility, load_visible
 
+QUERY_CANCELED = "57014"  # SQLSTATE of a statement cancelled by statement_timeout
 EmbedQuery = Callable[[str], np.ndarray]
 CountTokens = Callable[[str], int]
 
@@ -52,15 +53,16 @@ class Reader:
     def _read(self) -> Iterator[Connection]:
         """A read-only transaction with a statement timeout; DB trouble becomes Unavailable."""
         try:
-            with self.engine.connect() as conn, conn.begin():
-                conn.execute(text(f"SET LOCAL statement_timeout = {int(self.retrieval.read_timeout_ms)}"))
+            # One snapshot for the whole read: a row and the intent that precedes it are seen consistently.
+            with self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
                 conn.execute(text("SET TRANSACTION READ ONLY"))
+                conn.execute(text(f"SET LOCAL statement_timeout = {int(self.retrieval.read_timeout_ms)}"))
                 yield conn
-        except (OperationalError, PoolTimeout) as exc:
-            raise Unavailable(f"database unavailable: {type(exc).__name__}") from exc
-        except DBAPIError as exc:
-            if "statement timeout" in str(exc.orig) or "canceling statement" in str(exc.orig):
+        except (DBAPIError, PoolTimeout) as exc:
+            if getattr(getattr(exc, "orig", None), "pgcode", None) == QUERY_CANCELED:
                 raise Unavailable("database too slow: statement timeout") from exc
+            if isinstance(exc, (OperationalError, PoolTimeout)):
+                raise Unavailable(f"database unavailable: {type(exc).__name__}") from exc
             raise
 
     def _filter(self, tenant_id: str, visibility: Visibility, min_confidence: float | None, now: datetime) -> Filter:
@@ -125,6 +127,13 @@ class Reader:
                         created_at=row["created_at"], importance=row["importance"])])
         row.pop("tenant_id", None)
         return {"type": kind, **row, "links": links}
+
+    def stats(self, *, tenant_id: str, scope: str | None, now: datetime | None = None) -> dict[str, Any]:
+        """memory_stats, inside the same bounded read transaction as every other read."""
+        from shared.stats import stats
+
+        with self._read() as conn:
+            return stats(conn, tenant_id=tenant_id, scope=scope, now=now or utcnow(), settings=self.settings)
 
     def activity(self, *, tenant_id: str, since: datetime | int, limit: int,
                  entity_types: Sequence[str] | None = None) -> list[dict[str, Any]]:

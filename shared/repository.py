@@ -68,14 +68,11 @@ def get_row(conn: Connection, *, kind: str, tenant_id: str, entity_id: uuid.UUID
     return conn.execute(query).mappings().first()
 
 
-def pending_intent(conn: Connection, *, tenant_id: str, entity_id: uuid.UUID) -> RowMapping | None:
-    """The accepted-but-not-applied write that will create ``entity_id``, if any."""
+def intent_status(conn: Connection, *, tenant_id: str, entity_id: uuid.UUID) -> str | None:
+    """Status of the accepted write that creates ``entity_id`` (pending, applied, dead_letter), if any."""
     return conn.execute(
-        select(write_intents.c.id, write_intents.c.kind, write_intents.c.status, write_intents.c.created_at,
-               write_intents.c.last_error)
-        .where(write_intents.c.tenant_id == tenant_id, write_intents.c.id == entity_id,
-               write_intents.c.status != "applied")
-    ).mappings().first()
+        select(write_intents.c.status).where(write_intents.c.tenant_id == tenant_id, write_intents.c.id == entity_id)
+    ).scalar()
 
 
 def update_row(conn: Connection, *, kind: str, entity_id: uuid.UUID, values: dict[str, Any]) -> None:

@@ -183,9 +183,14 @@ def load_visible(
     """The row, or NotFound / Pending (accepted, not applied yet) / PermissionDenied (outside the caller's scope)."""
     row = repo.get_row(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, lock=lock)
     if row is None:
-        intent = repo.pending_intent(conn, tenant_id=tenant_id, entity_id=entity_id)
-        if intent is not None and intent["kind"] == kind:
+        intent = repo.intent_status(conn, tenant_id=tenant_id, entity_id=entity_id)
+        if intent == "applied":  # applied after our first look (READ COMMITTED): the row is there now
+            row = repo.get_row(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, lock=lock)
+        elif intent == "pending":
             raise Pending(f"{kind} {entity_id} was accepted and is not applied yet", field="id")
+        elif intent == "dead_letter":
+            raise NotFound(f"{kind} {entity_id} was accepted but could not be applied (dead letter)", field="id")
+    if row is None:
         raise NotFound(f"no {kind} with id {entity_id}", field="id")
     if not visibility.allows(kind, row):
         raise PermissionDenied(f"{kind} {entity_id} is outside the caller's scope", field="id")

@@ -18,7 +18,8 @@ from rich.console import Console
 from sqlalchemy import Engine, text
 
 from memory_api.loadtest import generator, report, verify
-from memory_api.loadtest.chaos import Drill, LocalStack
+from memory_api.loadtest.chaos import Drill
+from memory_api.loadtest.localstack import LocalStack
 from memory_api.loadtest.client import ClientConfig, Pacer, Reader, Writer, call_tool, open_session
 from memory_api.loadtest.metrics import Recorder, latency_summary, run_sampler
 from shared import db
@@ -130,7 +131,7 @@ async def _run(config: BurstConfig, *, url: str, engine: Engine | None, run_id: 
                console: Console) -> dict:
     tenant_ids = [t.tenant_id for t in tenants]
     baseline = await asyncio.to_thread(_stored, engine, tenant_ids) if engine is not None else 0
-    recorder, writers_done, sampler_stop = Recorder(), asyncio.Event(), asyncio.Event()
+    recorder, writers_done, drained_event, sampler_stop = Recorder(), asyncio.Event(), asyncio.Event(), asyncio.Event()
     client_config = ClientConfig(url=url, give_up_s=config.give_up_s, replay=config.replay or config.chaos == "replay",
                                  batch=config.batch)
     pacer = Pacer(config.rate)
@@ -148,8 +149,8 @@ async def _run(config: BurstConfig, *, url: str, engine: Engine | None, run_id: 
     with report.live(console, quiet=config.quiet) as live:
         live.phase("burst", config.episodes)
         sampler = asyncio.create_task(run_sampler(recorder, engine, tenant_ids, baseline=baseline, stop=sampler_stop))
-        drill_task = asyncio.create_task(drill.run(recorder, target=config.episodes, done=writers_done, keys=keys)) \
-            if drill else None
+        drill_task = asyncio.create_task(drill.run(recorder, target=config.episodes, done=writers_done,
+                                                   drained=drained_event, keys=keys)) if drill else None
         tasks = [asyncio.create_task(r.run()) for r in readers]
         ticker = asyncio.create_task(_tick(live, recorder, writers_done))
         try:
@@ -159,19 +160,23 @@ async def _run(config: BurstConfig, *, url: str, engine: Engine | None, run_id: 
         recorder.burst_ended = recorder.now()
         writers_done.set()
         cpu = _cpu_seconds(cpu_before)
-        await asyncio.gather(*tasks, ticker, *([drill_task] if drill_task else []))
+        await asyncio.gather(*tasks, ticker)
+        if drill_task and config.chaos != "replay":  # what a drill broke is restored before the drain counts
+            await drill_task
         drained = True
         if engine is not None:
             drained = await asyncio.to_thread(_drain, engine, tenant_ids, config.drain_timeout_s, live)
         drained_at = recorder.now()
+        drained_event.set()
         sampler_stop.set()
-        await sampler
+        await asyncio.gather(sampler, *([drill_task] if drill_task else []))
     figures = _figures(config, recorder, url=url, run_id=run_id, tenants=tenants, drained=drained,
                        drained_at=drained_at, cpu=cpu, has_drill=drill is not None)
     if engine is not None:
         figures["database"] = await asyncio.to_thread(
             verify.check_database, engine, accepts=recorder.accepts, tenants=tenants, run_tag=f"lt{run_id}t")
     figures["isolation"] = await verify.probe_isolation(url, tenants, tokens) if len(tenants) > 1 else None
+    figures["dead_parts"] = await asyncio.to_thread(stack.dead_parts) if stack else []
     figures["failures"] = verify.verdict(figures)
     if drill is not None and not recorder.window(config.chaos) and config.chaos != "replay":
         figures["failures"].append(f"the {config.chaos} drill never fired (the burst ended first): raise --episodes")

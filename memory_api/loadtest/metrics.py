@@ -8,6 +8,7 @@ Times are seconds since the run's start (``time.monotonic()`` based). The sample
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -86,8 +87,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
-    return ordered[rank]
+    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
 
 
 def latency_summary(values: Sequence[float]) -> dict[str, float | int | None]:

@@ -74,10 +74,12 @@ def summary_table(figures: dict[str, Any]) -> Table:
         ("accept latency", f"p50 {_ms(s['accept_ms']['p50'])}  p95 {_ms(s['accept_ms']['p95'])}  "
                            f"p99 {_ms(s['accept_ms']['p99'])}  max {_ms(s['accept_ms']['max'])}"),
         ("with retries", f"p99 {_ms(s['accept_total_ms']['p99'])}  max {_ms(s['accept_total_ms']['max'])}"),
-        ("stored", f"all {db.get('stored', '?')} applied {_secs(s.get('applied_after_burst_s'))} after the burst "
-                   f"({_rate(s.get('drain_episodes_per_s'))})"),
-        ("consolidated", f"{_secs(s.get('consolidated_after_burst_s'))} after the burst; "
-                         f"{db.get('consolidation_status', {})}"),
+        ("stored", f"{db.get('stored', '?')} of {s['accepted']}; all applied "
+                   f"{_secs(s.get('applied_after_burst_s'))} after the burst ({_rate(s.get('drain_episodes_per_s'))})"
+         if s.get("applied_after_burst_s") is not None else f"{db.get('stored', '?')} of {s['accepted']}; not all applied"),
+        ("consolidated", (f"drained {_secs(s['consolidated_after_burst_s'])} after the burst; "
+                          if s.get("consolidated_after_burst_s") is not None else "backlog NOT drained; ")
+         + ", ".join(f"{k} {v}" for k, v in sorted(db.get("consolidation_status", {}).items()))),
         ("reads", f"{s['reads']['count']} ({s['read_rps']:.1f}/s)  p50 {_ms(s['reads']['p50'])}  "
                   f"p95 {_ms(s['reads']['p95'])}  degraded {s['reads_degraded']}" if s["reads"]["count"] else "none"),
         ("retries", ", ".join(f"{k} {v}" for k, v in sorted(figures["counts"].items()) if v) or "none"),
@@ -142,6 +144,8 @@ def write_plot(recorder: Recorder, figures: dict[str, Any], path: Path) -> None:
     ax.scatter([r[0] for r in recorder.reads], [r[1] for r in recorder.reads], s=2, alpha=0.4,
                c=["red" if r[2] else "tab:blue" for r in recorder.reads])
     ax.set_ylabel(f"{figures['config']['read_tool']} latency (ms)")
+    if not recorder.reads:
+        ax.text(0.5, 0.5, "no readers in this run", transform=ax.transAxes, ha="center", color="grey")
     ax.set_xlabel("seconds since start")
     for ax in axes:
         _mark(ax, recorder)
@@ -155,8 +159,8 @@ def write_plot(recorder: Recorder, figures: dict[str, Any], path: Path) -> None:
 def _mark(ax: Any, recorder: Recorder) -> None:
     if recorder.burst_ended is not None:
         ax.axvline(recorder.burst_ended, color="grey", linestyle="--", linewidth=0.8)
-    for event in recorder.events:
-        if event["event"].endswith("_down"):
-            window = recorder.window(event["event"][: -len("_down")])
-            if window:
-                ax.axvspan(*window, color="orange", alpha=0.2)
+    times = {e["event"]: e["t"] for e in recorder.events}
+    for name, start in times.items():
+        if name.endswith("_break"):  # from breaking it to having restored it
+            end = times.get(name[: -len("_break")] + "_restored", recorder.burst_ended or start)
+            ax.axvspan(start, end, color="orange", alpha=0.2)

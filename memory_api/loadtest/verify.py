@@ -169,6 +169,8 @@ def verdict(figures: dict[str, Any]) -> list[str]:
         (counts.get("gave_up", 0) + counts.get("not_sent", 0) > 0,
          f"{counts.get('gave_up', 0)} writes given up and {counts.get('not_sent', 0)} never sent"),
         (counts.get("replay_mismatch", 0) > 0, f"{counts.get('replay_mismatch')} replays answered a different id"),
+        (bool(figures.get("dead_parts")),
+         f"stack parts not running after the run: {', '.join(figures.get('dead_parts') or [])}"),
         (figures.get("accepted_while_db_down", 0) > 0,
          f"{figures.get('accepted_while_db_down')} writes answered 'accepted' while PostgreSQL was down"),
     ]

@@ -12,11 +12,10 @@ from pydantic import Field
 from memory_api.tools import access
 from memory_api.tools.params import MAX_ACTIVITY, Lineage, MemoryType, ReadScope
 from memory_api.tools.results import Activity, DeadLetters, Event, Stats
-from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
+from memory_api.tools.runtime import Call, current_call, tool_call
 from shared.db import unit_of_work
 from shared.deadletters import Redriven, list_dead_letters, redrive, show_dead_letter
 from shared.errors import InvalidInput, NotFound
-from shared.stats import stats as tenant_stats
 
 DEFAULT_ACTIVITY = 100
 
@@ -28,11 +27,10 @@ async def memory_stats(ctx: Context, scope: ReadScope | None = None, request_con
     butler); the whole tenant needs an admin token (scope '*' or omitted)."""
     call = current_call()
     scope_ = access.stats_scope(call.principal, scope)
-    engine, settings = call.services.engine, call.services.settings
+    reader = call.services.reader
 
     def work() -> dict[str, Any]:
-        with unit_of_work(engine) as conn:
-            return tenant_stats(conn, tenant_id=call.tenant, scope=scope_, now=utcnow(), settings=settings)
+        return reader.stats(tenant_id=call.tenant, scope=scope_)
 
     numbers, reason = await call.read_or_degrade(work, {})
     return Stats(scope=scope_, stats=numbers, degraded=reason is not None, reason=reason, request_id=call.request_id)

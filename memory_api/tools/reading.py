@@ -78,12 +78,7 @@ async def memory_get(
     reader = call.services.reader
 
     def get() -> dict[str, Any]:
-        try:
-            return reader.get(tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id)
-        except NotFound:
-            # Reader.get reads the row, then the intent, at READ COMMITTED: a worker committing in between makes
-            # a just-applied write look unknown. Asking once more sees the committed row.
-            return reader.get(tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id)
+        return reader.get(tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id)
 
     try:
         row, reason = await call.read_or_degrade(get, None)

@@ -49,6 +49,7 @@ class Call:
     principal: Principal
     services: Services
     request_id: str
+    lineage: RequestContext | None = None
     outcome: str = "ok"
 
     @property
@@ -75,7 +76,8 @@ class Call:
 
     async def write(self, fn: Callable[[], T]) -> T:
         """Run a write transaction in a worker thread; database trouble becomes Unavailable (nothing accepted)."""
-        return await self.services.in_thread(fn, deadline=WRITE_DEADLINE_S)
+        return await self.services.in_thread(fn, deadline=WRITE_DEADLINE_S, late=(
+            "; the write may still complete: retry with the same idempotency_key"))
 
 
 def current_call() -> Call:
@@ -116,7 +118,8 @@ def tool_call(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]
         services: Services = ctx.request_context.lifespan_context
         call: Call | None = None
         try:
-            call = Call(tool=name, principal=principal_of(ctx, services), services=services, request_id=request_id)
+            call = Call(tool=name, principal=principal_of(ctx, services), services=services, request_id=request_id,
+                        lineage=lineage)
             token = _call.set(call)
             try:
                 return await fn(**kwargs)
@@ -145,6 +148,9 @@ def _log(tool: str, call: Call | None, request_id: str, started: float, error: B
         call.services.metrics.observe(tool, outcome, duration_ms / 1000)
     extra = {"tool": tool, "tenant": call.tenant if call else None, "request_id": request_id,
              "duration_ms": duration_ms, "outcome": outcome}
+    lineage = call.lineage if call else None
+    if lineage is not None:
+        extra.update(subrequest_id=lineage.subrequest_id, segment_id=lineage.segment_id)
     if error is not None:
         extra.update(error_class=error.code, error_field=error.field, retryable=error.retryable)
         log.info("tool call failed: %s", error.message, extra=extra)
@@ -185,8 +191,14 @@ class ClassifiedTool(Tool):
 def invalid_from(exc: ValidationError) -> InvalidInput:
     """The first broken rule, naming the field (``episodes.2.content``) and the rule."""
     err = exc.errors()[0]
-    field = ".".join(str(part) for part in err["loc"]) or "arguments"
+    # pydantic adds the union member it tried ("str", "int", "list[...]") to the location; the caller named no such
+    # thing, so it is left out.
+    parts = [str(p) for p in err["loc"] if isinstance(p, int) or (p not in _UNION_TAGS and "[" not in p)]
+    field = ".".join(parts) or "arguments"
     return InvalidInput(f"{field}: {err['msg']}", field=field)
+
+
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "uuid"})
 
 
 def _request_id_of(arguments: dict[str, Any]) -> str | None:

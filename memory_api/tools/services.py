@@ -84,14 +84,17 @@ class Services:
         finally:
             await anyio.to_thread.run_sync(self.close)
 
-    async def in_thread(self, fn: Callable[[], T], *, deadline: float) -> T:
-        """Blocking work in a worker thread, abandoned after ``deadline`` seconds: a caller never hangs."""
+    async def in_thread(self, fn: Callable[[], T], *, deadline: float, late: str = "") -> T:
+        """Blocking work in a worker thread, abandoned after ``deadline`` seconds: a caller never hangs.
+
+        ``late`` is added to the Unavailable message when the deadline passes (what the caller should know).
+        """
         assert self.limiter is not None, "Services.lifespan has not run"
         try:
             with anyio.fail_after(deadline):
                 return await anyio.to_thread.run_sync(_classified(fn), abandon_on_cancel=True, limiter=self.limiter)
         except TimeoutError:
-            raise Unavailable(f"database did not answer within {deadline:.1f}s") from None
+            raise Unavailable(f"database did not answer within {deadline:.1f}s{late}") from None
 
 
 def _publisher(settings: Settings) -> Any:
