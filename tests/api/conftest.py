@@ -123,9 +123,12 @@ def front(api_settings: Settings) -> Iterator[Front]:
         yield running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def worker(api_settings: Settings) -> Iterator[None]:
-    """A Celery worker in this process, on every shard queue of the test Redis, applying accepted writes."""
+    """A Celery worker in this process, on every shard queue of the test Redis, applying accepted writes.
+
+    Package-scoped: it must stop before other packages' tests run their own workers on the same queues.
+    """
     from celery.contrib.testing.worker import start_worker
 
     from memory_workers.app import app, configure

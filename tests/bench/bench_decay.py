@@ -2,6 +2,7 @@
 
     python tests/bench/bench_decay.py --facts 1000000 [--batch 5000] [--database-url URL] [--keep]
     python tests/bench/bench_decay.py --facts 200000 --batch 1000,5000,20000   # choose DECAY_BATCH
+    python tests/bench/bench_decay.py --facts 0 --episodes 200000 --batch 1000,5000   # choose CLEANUP_BATCH
 
 Without --database-url it creates a throwaway database on the embedded PostgreSQL (.memory-butler/bench-pgdata).
 Confirm ages are uniform in [0, 60) days and permanence follows a plausible mix, so about a tenth of the
@@ -45,12 +46,15 @@ CROSS JOIN LATERAL (SELECT q.permanence, CASE q.permanence WHEN 'permanent' THEN
                                WHEN 'standard' THEN 0.008 WHEN 'volatile' THEN 0.03 ELSE 0.1 END AS rate) p"""
 
 
-def load(engine: Engine, n: int, chunk: int = 100_000) -> float:
-    """Insert n facts in chunks of generate_series; returns seconds."""
-    started = time.monotonic()
+def ensure_tenants(engine: Engine) -> None:
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO tenants (id) SELECT 'bench-' || g FROM generate_series(0, :k - 1) g "
                           "ON CONFLICT DO NOTHING"), {"k": TENANTS})
+
+
+def load(engine: Engine, n: int, chunk: int = 100_000) -> float:
+    """Insert n facts in chunks of generate_series; returns seconds."""
+    started = time.monotonic()
     done = 0
     while done < n:
         size = min(chunk, n - done)
@@ -62,6 +66,37 @@ def load(engine: Engine, n: int, chunk: int = 100_000) -> float:
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE facts"))
     return time.monotonic() - started
+
+
+# 10 tenants; a quarter of the episodes expired, 80% consolidated: expiry and capacity both have work.
+EPISODES_SQL = """
+INSERT INTO episodes (id, tenant_id, butler, seq, content, embedding, consolidation_status, created_at, expires_at)
+SELECT gen_random_uuid(), 'bench-' || (g % 10), 'bench', g, 'bench episode ' || g, CAST(:vec AS vector),
+       CASE WHEN g % 5 = 0 THEN 'pending' ELSE 'consolidated' END,
+       CAST(:now AS timestamptz) - (g % 1000) * interval '1 minute',
+       CAST(:now AS timestamptz) + CASE WHEN g % 4 = 0 THEN interval '-1 day' ELSE interval '7 days' END
+FROM generate_series(:first, :last) g"""
+
+
+def load_episodes(engine: Engine, n: int, chunk: int = 50_000) -> None:
+    """Replace every episode with n fresh ones (the same work for each batch size)."""
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM episodes"))
+    for first in range(1, n + 1, chunk):
+        last = min(n, first + chunk - 1)
+        with engine.begin() as conn:
+            conn.execute(text(EPISODES_SQL), {"vec": VEC, "now": NOW, "first": first, "last": last})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE episodes"))
+
+
+def cleanup(engine: Engine, n: int, batch: int) -> None:
+    started = time.monotonic()
+    summary = maintenance.episode_cleanup(engine, now=NOW, settings=load_settings(), batch=batch)
+    seconds = time.monotonic() - started
+    deleted = summary["expired_deleted"] + summary["capacity_deleted"]
+    print(f"cleanup batch={batch:>6}: {deleted:,} of {n:,} episodes deleted in {seconds:.1f} s "
+          f"= {deleted / seconds:,.0f} rows/s: {summary}", flush=True)
 
 
 def reset(engine: Engine) -> None:
@@ -91,12 +126,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--facts", type=int, default=1_000_000)
     parser.add_argument("--batch", default=str(maintenance.DECAY_BATCH), help="one size, or several: 1000,5000")
+    parser.add_argument("--episodes", type=int, default=0, help="also time episode_cleanup on this many")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the throwaway database")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     sizes = [int(b) for b in args.batch.split(",")]
     with bench_engine(args.database_url, keep=args.keep) as engine:
+        ensure_tenants(engine)
+        for size in sizes if args.episodes else ():
+            load_episodes(engine, args.episodes)
+            cleanup(engine, args.episodes, size)
+        if not args.facts:
+            return 0
         print(f"loading {args.facts:,} facts ...", flush=True)
         print(f"loaded in {load(engine, args.facts):.0f} s", flush=True)
         for i, size in enumerate(sizes):
