@@ -1,0 +1,149 @@
+"""Drain and consolidation throughput beside the raw embedding throughput, measured in the same run.
+
+    python tests/bench/bench_drain.py [--episodes 10000] [--workers 2] [--tenants 10] [--butlers 3]
+
+1. raw: the configured embedding backend embeds the same episode texts in batches, in this process (1 thread);
+2. accepts N episodes straight into the intake (no front: this measures the worker plane alone);
+3. starts W real `celery worker` processes on every shard queue, wakes every key, and times until every
+   intent is applied (drain) and every episode is consolidated with the heuristic extractor.
+Uses its own Redis database (15, flushed) and a throwaway database on the embedded PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from memory_api.loadtest.generator import episode_text  # noqa: E402
+from shared.config import load_settings  # noqa: E402
+from shared.embedding import get_embedder  # noqa: E402
+from shared.intake import WriteRequest, accept  # noqa: E402
+from shared.sharding import MAINTENANCE_QUEUE, shard_queues  # noqa: E402
+from tests.bench.common import bench_engine  # noqa: E402
+
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def texts_for(n: int, butlers: int) -> list[str]:
+    rng = random.Random(42)
+    return [episode_text(rng, f"butler{i % butlers}") for i in range(n)]
+
+
+def raw_embedding_rate(texts: list[str]) -> float:
+    embedder = get_embedder()
+    embedder.embed(texts[:64])  # warm
+    t0 = time.perf_counter()
+    for start in range(0, len(texts), 256):  # the worker's ingest batch size
+        embedder.embed(texts[start:start + 256])
+    return len(texts) / (time.perf_counter() - t0)
+
+
+def accept_all(engine, texts: list[str], tenants: int, butlers: int) -> list[tuple[str, str]]:  # noqa: ANN001
+    keys = [(f"drain-{t:02d}", f"butler{b}") for t in range(tenants) for b in range(butlers)]
+    with engine.begin() as conn:
+        for tenant in {k[0] for k in keys}:
+            conn.execute(text("INSERT INTO tenants (id) VALUES (:t) ON CONFLICT DO NOTHING"), {"t": tenant})
+    for start in range(0, len(texts), 500):
+        chunk = texts[start:start + 500]
+        by_tenant: dict[str, list[WriteRequest]] = {}
+        for i, body in enumerate(chunk, start=start):
+            tenant, butler = keys[i % len(keys)]
+            by_tenant.setdefault(tenant, []).append(
+                WriteRequest("episode", butler, {"content": body, "butler": butler}, None))
+        with engine.begin() as conn:
+            for tenant, writes in by_tenant.items():
+                accept(conn, tenant_id=tenant, writes=writes, actor="bench", request_id=None,
+                       now=datetime.now(timezone.utc))
+    return keys
+
+
+def start_workers(n: int, database_url: str, shard_count: int) -> list[subprocess.Popen]:
+    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": REDIS_URL,
+           "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(shard_count)}
+    queues = ",".join([*shard_queues(shard_count), MAINTENANCE_QUEUE])
+    return [subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "memory_workers.app:app", "worker", "--concurrency", "1",
+         "--loglevel", "WARNING", "-Q", queues, "--hostname", f"drain{i}@%h"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    ) for i in range(n)]
+
+
+def wait_ready(app, n: int, deadline_s: float = 120) -> None:  # noqa: ANN001
+    """Until ``n`` workers answer a ping (their model is loaded once the pool is up)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < deadline_s:
+        if len(app.control.ping(timeout=1.0) or []) >= n:
+            return
+    raise TimeoutError("workers did not start")
+
+
+def wait_for(engine, sql: str, *, deadline_s: float, every_s: float = 0.25) -> float:  # noqa: ANN001
+    """Seconds until ``sql`` returns 0."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < deadline_s:
+        with engine.connect() as conn:
+            if conn.execute(text(sql)).scalar() == 0:
+                return time.perf_counter() - t0
+        time.sleep(every_s)
+    raise TimeoutError(sql)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=10_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--tenants", type=int, default=10)
+    parser.add_argument("--butlers", type=int, default=3)
+    args = parser.parse_args()
+    import redis
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    settings = load_settings()
+    texts = texts_for(args.episodes, args.butlers)
+    raw = raw_embedding_rate(texts)
+    print(f"raw embedding ({get_embedder().backend}, 1 thread, batches of 256): {raw:.0f} episodes/s")
+    with bench_engine() as engine:
+        url = engine.url.render_as_string(hide_password=False)
+        keys = accept_all(engine, texts, args.tenants, args.butlers)
+        workers = start_workers(args.workers, url, settings.workers.shard_count)
+        try:
+            from memory_workers import app as worker_app
+            from memory_workers.enqueue import wake_apply
+
+            bench_settings = load_settings(redis_url=REDIS_URL, database_url=url)
+            worker_app.configure(worker_app.app, bench_settings)
+            wait_ready(worker_app.app, args.workers)
+            for tenant, butler in keys:
+                wake_apply(tenant, butler, settings=bench_settings)
+            drain_s = wait_for(engine, "SELECT count(*) FROM write_intents WHERE status = 'pending'", deadline_s=1800)
+            consolidated_s = wait_for(engine, "SELECT count(*) FROM episodes WHERE consolidation_status <> "
+                                      "'consolidated'", deadline_s=1800)
+        finally:
+            for w in workers:
+                os.killpg(w.pid, signal.SIGTERM)
+            for w in workers:
+                w.wait(timeout=60)
+        with engine.connect() as conn:
+            facts = conn.execute(text("SELECT count(*) FROM facts")).scalar()
+            rules = conn.execute(text("SELECT count(*) FROM rules")).scalar()
+    drain = args.episodes / drain_s
+    print(f"drain: {args.episodes} episodes applied with embeddings in {drain_s:.1f}s by {args.workers} worker(s) "
+          f"= {drain:.0f} episodes/s = {drain / raw:.0%} of raw")
+    print(f"consolidated (heuristic) {consolidated_s:.1f}s after the drain ended: "
+          f"{args.episodes / (drain_s + consolidated_s):.0f} episodes/s end to end; {facts} facts, {rules} rules")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
