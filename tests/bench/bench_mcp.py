@@ -1,0 +1,168 @@
+"""Reads and accepts through the MCP front, with the raw database queries beside them.
+
+    python tests/bench/bench_mcp.py [--facts 100000] [--rules 20000] [--tenants 100] [--clients 20] [--seconds 30]
+
+Loads the corpus (tests/bench/corpus.py), starts `memory-butler serve` on a free port against it, then:
+- raw: the candidate SQL alone (semantic + keyword, facts and rules) for the same questions, in-process;
+- reads: C concurrent MCP clients (one session each, one tenant token each) calling memory_context, then
+  memory_search, back to back for S seconds each;
+- accepts: C clients calling memory_store_episode, then memory_ingest_batch (50 episodes per call).
+No worker runs, so accepted writes stay in the intake: this measures the front alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from memory_api.loadtest.client import call_tool, open_session  # noqa: E402
+from shared.candidates import Filter  # noqa: E402
+from shared import candidates  # noqa: E402
+from shared.embedding import get_embedder, to_pgvector  # noqa: E402
+from shared.tenancy import create_token  # noqa: E402
+from tests.bench.common import bench_engine  # noqa: E402
+from tests.bench.corpus import load_corpus, questions  # noqa: E402
+
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_front(database_url: str, port: int) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": REDIS_URL, "MEMORY_BUTLER_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen([sys.executable, "-m", "memory_api", "serve", "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError("front did not become healthy")
+
+
+def pct(values: list[float], p: float) -> float:
+    return float(np.percentile(np.array(values) * 1000, p)) if values else float("nan")
+
+
+def raw_queries(engine, tenants: list[str], qs: list[str], n: int = 200) -> list[float]:  # noqa: ANN001
+    """The candidate SQL alone (what every read runs), with the query vector precomputed."""
+    rng = random.Random(9)
+    embedder = get_embedder()
+    vectors = {q: to_pgvector(embedder.embed_one(q)) for q in qs}
+    out = []
+    for i in range(n):
+        q = qs[i % len(qs)]
+        f = Filter(tenant_id=rng.choice(tenants), scopes=("global", "health"), butlers=("health",),
+                   min_confidence=0.2, now=datetime.now(timezone.utc))
+        t0 = time.perf_counter()
+        with engine.connect() as conn, conn.begin():
+            for kind in ("fact", "rule"):
+                candidates.semantic(conn, kind=kind, f=f, query_vec=vectors[q], pool=50)
+                candidates.keyword(conn, kind=kind, f=f, query=q, pool=50)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+async def read_loop(url: str, token: str, tool: str, qs: list[str], seconds: float, out: list[float]) -> None:
+    rng = random.Random(token)
+    async with open_session(url, token, timeout_s=30) as session:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            q = rng.choice(qs)
+            args = ({"trigger_prompt": q, "butler": "health", "token_budget": 3000} if tool == "memory_context"
+                    else {"query": q, "limit": 20})
+            t0 = time.perf_counter()
+            await call_tool(session, tool, args, timeout_s=30)
+            out.append(time.perf_counter() - t0)
+
+
+async def accept_loop(url: str, token: str, batch: int, calls: int, out: list[float]) -> None:
+    async with open_session(url, token, timeout_s=30) as session:
+        for i in range(calls):
+            text = f"User asked about the weekly schedule, item {i} ({uuid.uuid4().hex[:8]})"
+            t0 = time.perf_counter()
+            if batch:
+                episodes = [{"content": f"{text} part {j}", "butler": "health"} for j in range(batch)]
+                await call_tool(session, "memory_ingest_batch", {"episodes": episodes}, timeout_s=30)
+            else:
+                await call_tool(session, "memory_store_episode", {"content": text, "butler": "health"}, timeout_s=30)
+            out.append(time.perf_counter() - t0)
+
+
+async def run_clients(factories) -> float:  # noqa: ANN001
+    t0 = time.perf_counter()
+    await asyncio.gather(*factories)
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--facts", type=int, default=100_000)
+    parser.add_argument("--rules", type=int, default=20_000)
+    parser.add_argument("--tenants", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--accepts", type=int, default=100, help="store_episode calls per client")
+    args = parser.parse_args()
+    qs = questions(random.Random(5), 200)
+    with bench_engine() as engine:
+        tenants = load_corpus(engine, facts=args.facts, rules=args.rules, tenants=args.tenants)
+        with engine.begin() as conn:
+            tokens = [create_token(conn, tenant_id=t, name="bench", butlers=["health"], role="butler")[1]
+                      for t in tenants[:args.clients]]
+        raw = raw_queries(engine, tenants, qs)
+        port = free_port()
+        front = start_front(engine.url.render_as_string(hide_password=False), port)
+        url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            results: dict[str, list[float]] = {}
+            for tool in ("memory_context", "memory_search"):
+                results[tool] = []
+                asyncio.run(run_clients([read_loop(url, tok, tool, qs, args.seconds, results[tool]) for tok in tokens]))
+            single: list[float] = []
+            single_s = asyncio.run(run_clients([accept_loop(url, tok, 0, args.accepts, single) for tok in tokens]))
+            batched: list[float] = []
+            batch_calls = max(1, args.accepts // 10)
+            batch_s = asyncio.run(run_clients([accept_loop(url, tok, 50, batch_calls, batched) for tok in tokens]))
+        finally:
+            os.killpg(front.pid, signal.SIGTERM)
+            front.wait(timeout=30)
+    print(f"\n{args.facts} facts + {args.rules} rules, {args.tenants} tenants; {args.clients} concurrent MCP clients")
+    print(f"{'what':<44}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'rate/s':>9}")
+    print(f"{'raw candidate SQL (4 queries, in-process)':<44}{pct(raw, 50):>9.1f}{pct(raw, 95):>9.1f}{pct(raw, 99):>9.1f}")
+    for tool, values in results.items():
+        print(f"{tool + ' via MCP':<44}{pct(values, 50):>9.1f}{pct(values, 95):>9.1f}{pct(values, 99):>9.1f}"
+              f"{len(values) / args.seconds:>9.0f}")
+    print(f"{'memory_store_episode accept via MCP':<44}{pct(single, 50):>9.1f}{pct(single, 95):>9.1f}"
+          f"{pct(single, 99):>9.1f}{len(single) / single_s:>9.0f}")
+    per_episode = [v / 50 for v in batched]
+    print(f"{'memory_ingest_batch(50) call via MCP':<44}{pct(batched, 50):>9.1f}{pct(batched, 95):>9.1f}"
+          f"{pct(batched, 99):>9.1f}{50 * len(batched) / batch_s:>9.0f}")
+    print(f"{'  … per episode':<44}{pct(per_episode, 50):>9.2f}{pct(per_episode, 95):>9.2f}{pct(per_episode, 99):>9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
