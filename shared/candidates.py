@@ -5,6 +5,7 @@ Both are bounded by tenant, by the caller's scopes (facts/rules) or butlers (epi
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -67,13 +68,23 @@ def _where(kind: str, f: Filter, params: dict[str, Any]) -> str:
     return " AND ".join(clauses)
 
 
+def read_settings(*, pool: int, timeout_ms: int) -> str:
+    """Session settings for one read transaction, sent as one statement (fewer round trips per read).
+
+    A tenant-filtered HNSW scan finds too few rows unless it may keep scanning (iterative scan) with an
+    ef_search of at least the candidates fetched.
+    """
+    return (f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}; "
+            f"SET LOCAL hnsw.ef_search = {max(40, min(int(pool), 1000))}; "
+            "SET LOCAL hnsw.iterative_scan = relaxed_order")
+
+
 def semantic(conn: Connection, *, kind: str, f: Filter, query_vec: str, pool: int) -> list[dict[str, Any]]:
-    """Nearest rows by cosine distance; ``relevance`` is the cosine similarity clamped to [0, 1]."""
+    """Nearest rows by cosine distance; ``relevance`` is the cosine similarity clamped to [0, 1].
+
+    Run it inside a transaction that applied :func:`read_settings`."""
     params: dict[str, Any] = {"vec": query_vec, "pool": pool}
     where = _where(kind, f, params)
-    # A tenant-filtered HNSW scan finds too few rows unless it may keep scanning (iterative scan).
-    conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(pool, 1000))}"))
-    conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
     sql = (f"SELECT {COLUMNS[kind]}, greatest(0, 1 - (x.embedding <=> CAST(:vec AS vector))) AS relevance "
            f"FROM {TABLES[kind]} x WHERE {where} ORDER BY x.embedding <=> CAST(:vec AS vector) LIMIT :pool")
     rows = [dict(r) for r in conn.execute(text(sql), params).mappings()]
@@ -81,6 +92,8 @@ def semantic(conn: Connection, *, kind: str, f: Filter, query_vec: str, pool: in
     return rows
 
 
+VISIBLE_TTL_S = 30.0
+_visible_cache: dict[tuple, tuple[int, float]] = {}
 SMALL_SCOPE = 20_000  # visible rows up to which filtering the caller's rows beats the table-wide GIN scan
 
 
@@ -121,11 +134,23 @@ def keyword(conn: Connection, *, kind: str, f: Filter, query: str, pool: int, ca
 
 
 def _visible_rows(conn: Connection, *, kind: str, f: Filter, limit: int) -> int:
-    """How many rows the caller may see, counted up to ``limit`` (the N of the idf; capped for huge scopes)."""
+    """How many rows the caller may see, counted up to ``limit`` (the N of the idf; capped for huge scopes).
+
+    Cached per process for VISIBLE_TTL_S: it only picks a plan shape and scales idf, and scopes grow slowly.
+    """
+    key = (kind, f.tenant_id, f.scopes, f.butlers)
+    hit = _visible_cache.get(key)
+    now = time.monotonic()
+    if hit is not None and now - hit[1] < VISIBLE_TTL_S:
+        return hit[0]
     params: dict[str, Any] = {"limit": limit}
     where = _where(kind, Filter(f.tenant_id, f.scopes, f.butlers, None, f.now), params)
-    return conn.execute(text(f"SELECT count(*) FROM (SELECT 1 FROM {TABLES[kind]} x WHERE {where} LIMIT :limit) s"),
-                        params).scalar_one()
+    count = conn.execute(text(f"SELECT count(*) FROM (SELECT 1 FROM {TABLES[kind]} x WHERE {where} LIMIT :limit) s"),
+                         params).scalar_one()
+    if len(_visible_cache) > 50_000:
+        _visible_cache.clear()
+    _visible_cache[key] = (count, now)
+    return count
 
 
 def recent_episodes(conn: Connection, *, f: Filter, limit: int) -> list[dict[str, Any]]:

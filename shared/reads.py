@@ -16,6 +16,7 @@ import numpy as np
 from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeout
 
+from shared import candidates
 from shared import context as context_builder
 from shared import repository as repo
 from shared import retrieval
@@ -55,8 +56,8 @@ class Reader:
         try:
             # One snapshot for the whole read: a row and the intent that precedes it are seen consistently.
             with self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
-                conn.execute(text("SET TRANSACTION READ ONLY"))
-                conn.execute(text(f"SET LOCAL statement_timeout = {int(self.retrieval.read_timeout_ms)}"))
+                conn.execute(text(candidates.read_settings(pool=self.retrieval.candidate_pool,
+                                                           timeout_ms=self.retrieval.read_timeout_ms)))
                 yield conn
         except (DBAPIError, PoolTimeout) as exc:
             if getattr(getattr(exc, "orig", None), "pgcode", None) == QUERY_CANCELED:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -78,6 +79,7 @@ def raw_queries(engine, tenants: list[str], qs: list[str], n: int = 200) -> list
                    min_confidence=0.2, now=datetime.now(timezone.utc))
         t0 = time.perf_counter()
         with engine.connect() as conn, conn.begin():
+            conn.execute(text(candidates.read_settings(pool=50, timeout_ms=2000)))
             for kind in ("fact", "rule"):
                 candidates.semantic(conn, kind=kind, f=f, query_vec=vectors[q], pool=50)
                 candidates.keyword(conn, kind=kind, f=f, query=q, pool=50)
