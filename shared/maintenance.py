@@ -26,15 +26,16 @@ from shared.lifecycle import ANTI_PATTERN_PREFIX, DEFAULT_HARM_REASON, check_tra
 
 log = logging.getLogger(__name__)
 
-# Evidence (tests/bench/bench_decay.py; embedded PostgreSQL 18, 2 shared cores, every schema index incl. HNSW,
-# ~11% of rows changing band): at 200k facts a first sweep took 12 s at 1,000, 33 s at 5,000, 25 s at 20,000,
-# because once a batch nears a few % of the table the planner swaps the per-id index probes for a hash join
-# over a seq scan of facts, every batch (EXPLAIN at 1M facts: still probes at 20,000, seq scan at 100,000).
-# At 1M facts 1,000 and 5,000 cost the same (124 s vs 98 s first sweep, 9.5 s vs 10.9 s re-run). 1,000 keeps
-# the probe plan on small tables too and holds each batch's row locks for ~0.1 s.
-DECAY_BATCH = 1_000
-# Episode rows are few per tenant (TTL + max_entries); a batch this size deletes in well under a second.
-CLEANUP_BATCH = 5_000
+# Evidence (tests/bench/bench_decay.py; embedded PostgreSQL 18 on 2 cores shared with other work, every schema
+# index incl. HNSW, ~11% of rows changing band). One batch, interleaved 5x and rolled back, at 200k facts:
+# 1,000 -> 84 us/row, 5,000 -> 66 us/row (0.33 s a batch), 20,000 -> 94 us/row, because near ~10% of the
+# table the planner swaps the per-id index probes for a hash join over a seq scan of facts, every batch.
+# Whole first sweep of 1M facts: 98 s at 5,000, 129 s at 1,000; a re-run with nothing to change: 11 s.
+DECAY_BATCH = 5_000
+# Evidence (bench_decay.py --facts 0 --episodes 200000; 10 tenants, 50k expired, 40k over capacity): 45 s at
+# 1,000, 8.2 s at 5,000, 5.5 s at 20,000 — each capacity batch re-counts and re-ranks every episode, so fewer,
+# larger batches win; the rows it locks are expired or old consolidated ones that no writer touches.
+CLEANUP_BATCH = 20_000
 NIL_ID = uuid.UUID(int=0)
 SWEEP_ACTOR = "decay_sweep"
 CLEANUP_ACTOR = "episode_cleanup"

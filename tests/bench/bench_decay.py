@@ -1,20 +1,24 @@
 """Decay-sweep throughput: bulk-load N facts (set-based), run shared.maintenance.decay_sweep, print rows/s.
 
     python tests/bench/bench_decay.py --facts 1000000 [--batch 5000] [--database-url URL] [--keep]
-    python tests/bench/bench_decay.py --facts 200000 --batch 1000,5000,20000   # choose DECAY_BATCH
+    python tests/bench/bench_decay.py --facts 200000 --batch 1000,5000,20000 --probe   # choose DECAY_BATCH
     python tests/bench/bench_decay.py --facts 0 --episodes 200000 --batch 1000,5000   # choose CLEANUP_BATCH
 
 Without --database-url it creates a throwaway database on the embedded PostgreSQL (.memory-butler/bench-pgdata).
 Confirm ages are uniform in [0, 60) days and permanence follows a plausible mix, so about a tenth of the
-facts change band on the first sweep. With several batch sizes, each size gets a fresh copy of the facts.
+facts change band on the first sweep. With several batch sizes, each later size starts from the facts reset
+to active (a dirtier table: compare sizes with --probe, which interleaves single rolled-back batches).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import random
+import statistics
 import sys
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -122,6 +126,27 @@ def sweep(engine: Engine, n: int, batch: int) -> dict:
     return summary
 
 
+def probe(engine: Engine, sizes: list[int], rounds: int = 5) -> None:
+    """Per-row cost of single batches, sizes interleaved, each rolled back: fair under a noisy machine."""
+    settings = load_settings()
+    costs: dict[int, list[float]] = {b: [] for b in sizes}
+    for _ in range(rounds):
+        for b in sizes:
+            start = uuid.UUID(int=random.getrandbits(126))  # in the first quarter of ids: a full page follows
+            with engine.connect() as conn:
+                tx = conn.begin()
+                started = time.perf_counter()
+                _, summary = maintenance.decay_sweep_batch(
+                    conn, kind="fact", after_id=start, batch=b, now=NOW,
+                    facts_cfg=settings.memory.facts, rules_cfg=settings.memory.rules)
+                costs[b].append((time.perf_counter() - started) / summary["facts_scanned"] * 1e6)
+                tx.rollback()
+    for b in sizes:
+        median = statistics.median(costs[b])
+        print(f"probe batch={b:>6}: median {median:.1f} us/row (min {min(costs[b]):.1f}, max {max(costs[b]):.1f}), "
+              f"~{median * b / 1000:.0f} ms a batch", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--facts", type=int, default=1_000_000)
@@ -129,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=0, help="also time episode_cleanup on this many")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the throwaway database")
+    parser.add_argument("--probe", action="store_true", help="also time single batches per size, rolled back")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     sizes = [int(b) for b in args.batch.split(",")]
@@ -141,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"loading {args.facts:,} facts ...", flush=True)
         print(f"loaded in {load(engine, args.facts):.0f} s", flush=True)
+        if args.probe:
+            probe(engine, sizes)
         for i, size in enumerate(sizes):
             if i:
                 reset(engine)

@@ -25,14 +25,6 @@ from memory_workers.schedule import BACKLOG_TRIGGER, REDELIVERY_SWEEP
 
 ROOT = Path(__file__).resolve().parents[2]
 INTERVAL_TASKS = (BACKLOG_TRIGGER, REDELIVERY_SWEEP)
-# The test's app: the real one, with the beat settings applied and only the maintenance tasks loaded
-# (this worker consumes the maintenance queue only).
-SHIM = """
-from memory_workers.app import app, current_settings
-from memory_workers.schedule import beat_config
-app.conf.update(beat_config(current_settings()))
-app.conf.include = ["memory_workers.tasks.maintenance"]
-"""
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +47,7 @@ class Procs:
     def start(self, name: str, *args: str) -> Path:
         log = self.tmp / f"{name}.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "beat_shim", *args], cwd=self.tmp, env=self.env,
+            [sys.executable, "-m", "celery", "-A", "memory_workers.app", *args], cwd=self.tmp, env=self.env,
             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.running.append(proc)
@@ -75,10 +67,9 @@ class Procs:
 
 @pytest.fixture()
 def procs(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Procs]:
-    (tmp_path / "beat_shim.py").write_text(SHIM)
     env = {
         **os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
+        "PYTHONPATH": str(ROOT),
         "MEMORY_BUTLER_SCHEDULE__REDELIVERY_SWEEP_SECONDS": "1",
         "MEMORY_BUTLER_SCHEDULE__BACKLOG_TRIGGER_SECONDS": "1",
     }
