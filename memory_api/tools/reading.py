@@ -14,7 +14,7 @@ from memory_api.tools.params import (
 )
 from memory_api.tools.results import Hits, MemoryRecord
 from memory_api.tools.runtime import Call, current_call, tool_call
-from shared.errors import NotFound, Pending
+from shared.errors import Pending
 
 ALL_TYPES = ("episode", "fact", "rule")
 

@@ -7,13 +7,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
+
+from tests.polling import poll
 import redis as redis_lib
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
@@ -50,15 +49,6 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-def _poll(condition: Callable[[], Any], *, deadline_s: float, what: str) -> Any:
-    """Return condition()'s first truthy value, or fail after ``deadline_s`` seconds."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.25)
-    pytest.fail(f"timed out after {deadline_s}s waiting for {what}")
 
 
 def _gone(pid: int) -> bool:
@@ -87,7 +77,7 @@ def test_up_runs_the_stack_and_down_leaves_nothing_behind(tmp_path):
             result = _cli("status", "--json", "--data-dir", str(data_dir), cwd=tmp_path)
             return json.loads(result.stdout) if result.returncode == 0 else None
 
-        report = _poll(healthy, deadline_s=START_DEADLINE_S, what="`status` to report the stack healthy")
+        report = poll(healthy, deadline_s=START_DEADLINE_S, what="`status` to report the stack healthy")
         assert report["postgres"]["embedded"] and report["redis"]["ping"]
 
         # then the embedded database has pgvector and the schema at head
@@ -137,7 +127,7 @@ def test_up_starts_its_own_redis_when_none_answers_and_stops_it(tmp_path, monkey
         # then it answers, persists to an append-only file in the data dir, and is recorded
         assert redis_lib.Redis.from_url(url, socket_timeout=5).ping()
         redis_lib.Redis.from_url(url).set("k", "v")
-        assert _poll(lambda: list((tmp_path / "redis").rglob("*.aof*")), deadline_s=10, what="an AOF file")
+        assert poll(lambda: list((tmp_path / "redis").rglob("*.aof*")), deadline_s=10, what="an AOF file")
         pid = runner.record["redis"]["pid"]
         assert pid == runner.redis.pid and runner.record["redis_url"] == url
     finally:

@@ -20,6 +20,8 @@ from typing import Any
 
 import psutil
 import pytest
+
+from tests.polling import poll
 from sqlalchemy import text
 
 from memory_workers.enqueue import Publisher
@@ -40,14 +42,6 @@ SENTENCES = (
 )
 
 
-def poll(condition: Callable[[], Any], *, deadline_s: float, what: str) -> Any:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.25)
-    pytest.fail(f"timed out after {deadline_s}s waiting for {what}")
 
 
 def scalar(engine: Any, sql: str, **params: Any) -> Any:

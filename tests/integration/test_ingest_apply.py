@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+
+from tests.polling import poll
 import redis as redis_lib
 from sqlalchemy import text
 
@@ -188,14 +189,6 @@ def test_a_busy_key_is_left_to_its_holder(settings, engine, model):
 # ---- through a real Celery worker ---------------------------------------------------------------------
 
 
-def poll(condition: Callable[[], Any], *, deadline_s: float, what: str) -> Any:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {deadline_s}s waiting for {what}")
 
 
 @pytest.fixture()

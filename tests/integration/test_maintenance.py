@@ -247,6 +247,7 @@ def test_cleanup_deletes_expired_then_oldest_consolidated_beyond_capacity(engine
     # then expired episodes went, and the 3 oldest consolidated brought the total down to 8
     assert result["expired_deleted"] >= 2 and result["capacity_deleted"] >= 3
     assert _remaining(engine, tenant) == set(consolidated[3:]) | set(unconsolidated)
+    assert _remaining(engine, tenant).isdisjoint(expired)
     # and no unexpired unconsolidated episode was deleted, even over capacity
     assert _remaining(engine, crowded) == crowded_ids
     # and one event per batch and reason, not per row
