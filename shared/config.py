@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "MEMORY_BUTLER_"
@@ -150,6 +150,13 @@ class WorkerSettings(_Section):
 
 class EmbeddingSettings(_Section):
     backend: Literal["onnx", "torch"] = "onnx"
+    # Where the ONNX export of the installed model is kept (made once per machine, shared by every data dir).
+    cache_dir: Path = Path.home() / ".cache" / "memory-butler"
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
     # One thread per process: two processes with two threads each halve total throughput on 2 cores.
     threads: int = Field(1, ge=1, le=64)
     mkldnn: bool = False

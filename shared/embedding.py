@@ -171,9 +171,8 @@ class Embedder:
     """Batched sentence embeddings, L2-normalised float32 rows of 384 dims. Thread-safe."""
 
     def __init__(self, cfg: EmbeddingSettings | None = None, *, cache_dir: Path | None = None) -> None:
-        settings = get_settings()
-        cfg = cfg or settings.embedding
-        cache = cache_dir or settings.data_dir / "models"
+        cfg = cfg or get_settings().embedding
+        cache = cache_dir or cfg.cache_dir
         self.backend = cfg.backend
         if cfg.backend == "onnx":
             try:
