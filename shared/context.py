@@ -23,7 +23,7 @@ TITLES = {
 }
 MAX_LINE_TOKENS = 160  # one memory never crowds out the rest of its section
 
-CountTokens = Callable[[str], int]
+CountTokens = Callable[[Sequence[str]], list[int]]  # token counts of many texts, in one call
 
 
 def age(then: datetime, now: datetime) -> str:
@@ -47,13 +47,11 @@ def line_for(hit: Hit, now: datetime) -> str:
 
 def _clip(line: str, count: CountTokens, limit: int) -> str:
     """Shorten a line word by word until it has at most ``limit`` tokens."""
-    if count(line) <= limit:
-        return line
     words = line.split(" ")
     lo, hi = 1, len(words)
     while lo < hi:  # the longest word prefix that fits with the ellipsis
         mid = (lo + hi + 1) // 2
-        if count(" ".join(words[:mid]) + " …") <= limit:
+        if count([" ".join(words[:mid]) + " …"])[0] <= limit:
             lo = mid
         else:
             hi = mid - 1
@@ -83,7 +81,7 @@ def build(
              "episodes": quotas.episodes}
     total_share = sum(share.values()) or 1.0
     lines = [HEADER]
-    used = count(HEADER) + 1
+    used = count([HEADER])[0] + 1
     carry = 0
     included: dict[str, list[str]] = {}
     dropped = 0
@@ -99,7 +97,7 @@ def build(
         used += spent
         carry = max(0, allowance - spent)
     text = "\n".join(lines) if included else ""
-    return ContextBlock(text=text, tokens=count(text) if text else 0, included=included, dropped=dropped)
+    return ContextBlock(text=text, tokens=count([text])[0] if text else 0, included=included, dropped=dropped)
 
 
 def _fill(
@@ -108,15 +106,18 @@ def _fill(
     """Lines in rank order while they fit (title and separating newlines included)."""
     if not hits:
         return 0, []
-    spent = count(title) + 2  # a blank line and the title line
+    candidates = [line_for(hit, now) for hit in hits]
+    costs = count([title, *candidates])
+    spent = costs[0] + 2  # a blank line and the title line
     if spent >= allowance:
         return 0, []
     chosen: list[tuple[Hit, str]] = []
-    for hit in hits:
-        line = _clip(line_for(hit, now), count, MAX_LINE_TOKENS)
-        cost = count(line) + 1
-        if spent + cost > allowance:
+    for hit, line, cost in zip(hits, candidates, costs[1:]):
+        if cost > MAX_LINE_TOKENS:
+            line = _clip(line, count, MAX_LINE_TOKENS)
+            cost = count([line])[0]
+        if spent + cost + 1 > allowance:
             break
         chosen.append((hit, line))
-        spent += cost
+        spent += cost + 1
     return (spent, chosen) if chosen else (0, [])

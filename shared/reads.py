@@ -31,7 +31,7 @@ from shared.writes import Visibility, load_visible
 
 QUERY_CANCELED = "57014"  # SQLSTATE of a statement cancelled by statement_timeout
 EmbedQuery = Callable[[str], np.ndarray]
-CountTokens = Callable[[str], int]
+CountTokens = Callable[[Sequence[str]], list[int]]
 
 
 def utcnow() -> datetime:

@@ -57,7 +57,7 @@ class Services:
         embedder = get_embedder()
         self.bumper = ReferenceBumper(self.engine)
         self.reader = Reader(engine=self.engine, settings=self.settings, embed=embedder.embed_one,
-                             count_tokens=get_token_counter().count, bumper=self.bumper)
+                             count_tokens=get_token_counter().count_many, bumper=self.bumper)
         self.publisher = _publisher(self.settings)
         if self.stdio_principal is not None:
             with db.unit_of_work(self.engine) as conn:

@@ -70,7 +70,7 @@ def main() -> int:
     with bench_engine(args.database_url) as engine:
         tenants = load_corpus(engine, facts=args.facts, rules=args.rules, tenants=args.tenants)
         reader = Reader(engine=engine, settings=load_settings(), embed=timed_embed,
-                        count_tokens=get_token_counter().count)
+                        count_tokens=get_token_counter().count_many)
         qs = questions(random.Random(5), args.queries)
         measure(reader, tenants, qs[:30], embed_times)  # warm the pool and the caches
         embed_times.clear()

@@ -57,7 +57,7 @@ def evaluate(engine: Engine, *, tenants: int = 6, seed: int = 7) -> dict[str, di
     ids = load(engine, memories, run=run)
     settings = load_settings()
     reader = Reader(engine=engine, settings=settings, embed=get_embedder().embed_one,
-                    count_tokens=get_token_counter().count)
+                    count_tokens=get_token_counter().count_many)
     ranks: dict[tuple[str, str], list[int | None]] = defaultdict(list)
     for q in questions:
         for mode in MODES:

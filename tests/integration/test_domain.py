@@ -30,7 +30,7 @@ def embedder():
 
 @pytest.fixture(scope="module")
 def reader(engine, embedder):
-    return Reader(engine=engine, settings=SETTINGS, embed=embedder.embed_one, count_tokens=get_token_counter().count)
+    return Reader(engine=engine, settings=SETTINGS, embed=embedder.embed_one, count_tokens=get_token_counter().count_many)
 
 
 def new_tenant(engine) -> str:
