@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -57,6 +58,7 @@ def main() -> int:
     parser.add_argument("--tenants", type=int, default=100)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--database-url")
+    parser.add_argument("--reuse", action="store_true", help="the database already holds the corpus: skip loading")
     args = parser.parse_args()
     embedder = get_embedder()
     embed_times: list[float] = []
@@ -68,7 +70,11 @@ def main() -> int:
         return v
 
     with bench_engine(args.database_url) as engine:
-        tenants = load_corpus(engine, facts=args.facts, rules=args.rules, tenants=args.tenants)
+        if args.reuse:
+            with engine.connect() as conn:
+                tenants = list(conn.execute(text("SELECT id FROM tenants WHERE id LIKE 'lat-%' ORDER BY id")).scalars())
+        else:
+            tenants = load_corpus(engine, facts=args.facts, rules=args.rules, tenants=args.tenants)
         reader = Reader(engine=engine, settings=load_settings(), embed=timed_embed,
                         count_tokens=get_token_counter().count_many)
         qs = questions(random.Random(5), args.queries)

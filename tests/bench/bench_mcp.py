@@ -127,10 +127,16 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--accepts", type=int, default=100, help="store_episode calls per client")
+    parser.add_argument("--database-url")
+    parser.add_argument("--reuse", action="store_true", help="the database already holds the corpus: skip loading")
     args = parser.parse_args()
     qs = questions(random.Random(5), 200)
-    with bench_engine() as engine:
-        tenants = load_corpus(engine, facts=args.facts, rules=args.rules, tenants=args.tenants)
+    with bench_engine(args.database_url) as engine:
+        if args.reuse:
+            with engine.connect() as conn:
+                tenants = list(conn.execute(text("SELECT id FROM tenants WHERE id LIKE 'lat-%' ORDER BY id")).scalars())
+        else:
+            tenants = load_corpus(engine, facts=args.facts, rules=args.rules, tenants=args.tenants)
         with engine.begin() as conn:
             tokens = [create_token(conn, tenant_id=t, name="bench", butlers=["health"], role="butler")[1]
                       for t in tenants[:args.clients]]
