@@ -8,20 +8,19 @@ stack this run starts and stops (:class:`memory_api.loadtest.chaos.LocalStack`).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import psutil
 from rich.console import Console
 from sqlalchemy import Engine, text
 
 from memory_api.loadtest import generator, report, verify
 from memory_api.loadtest.chaos import Drill
-from memory_api.loadtest.localstack import LocalStack
 from memory_api.loadtest.client import ClientConfig, Pacer, Reader, Writer, call_tool, open_session
-from memory_api.loadtest.metrics import Recorder, latency_summary, run_sampler
+from memory_api.loadtest.localstack import LocalStack
+from memory_api.loadtest.metrics import Recorder, cpu_seconds, cpu_used, run_sampler
 from shared import db
 from shared.db import unit_of_work
 from shared.tenancy import create_token, ensure_tenant
@@ -63,11 +62,23 @@ class BurstConfig:
     keep_stack: bool = False   # a drill's stack data dir (logs) is kept for a post-mortem
 
 
-def resolve_target(config: BurstConfig) -> tuple[str, str | None]:
-    """(MCP URL, database URL or None): the given URL, else the local stack running for the data dir."""
-    if config.url:
-        return config.url, config.database_url
+@dataclass(frozen=True)
+class Target:
+    """Where the run goes: the MCP URL, the database (for verification), and, for a local stack, its pids."""
+
+    url: str
+    database_url: str | None
+    pids: dict[str, int] = field(default_factory=dict)   # part -> pid, for CPU accounting
+
+
+def resolve_target(config: BurstConfig, stack: LocalStack | None = None) -> Target:
+    """The drill's stack, else the given URL, else the local stack running for the data dir."""
     from memory_api.cli import stack as stack_cli
+
+    if stack is not None:
+        return Target(stack.url, stack.database_url, stack.pids())
+    if config.url:
+        return Target(config.url, config.database_url)
     from shared.config import load_settings
 
     data_dir = (config.data_dir or load_settings().data_dir).expanduser().resolve()
@@ -75,7 +86,10 @@ def resolve_target(config: BurstConfig) -> tuple[str, str | None]:
     front = (record or {}).get("parts", {}).get("front", {})
     if not record or record.get("state") != "running" or "url" not in front:
         raise SetupError(f"no running stack in {data_dir}: start one with `memory-butler up`, or pass --url")
-    return front["url"], config.database_url or record.get("database_url")
+    pids = {p["name"]: p["pid"] for p in record.get("processes", [])}
+    if (record.get("postgres") or {}).get("embedded"):
+        pids["postgres"] = stack_cli.postmaster_pid(Path(record["postgres"]["pgdata"])) or 0
+    return Target(front["url"], config.database_url or record.get("database_url"), {k: v for k, v in pids.items() if v})
 
 
 def make_tenants(engine: Engine, tenants: list[generator.TenantPlan], run_id: str) -> dict[str, str]:
@@ -108,9 +122,9 @@ def _queries(seed: int) -> list[str]:
 async def burst(config: BurstConfig, *, stack: LocalStack | None = None, console: Console | None = None) -> dict:
     """The whole run; returns every figure (``failures`` is empty when verification passed)."""
     console = console or Console(stderr=True)
-    url, database_url = (stack.url, stack.database_url) if stack else resolve_target(config)
-    run_id = generator.new_run_id()
-    engine = db.make_engine(database_url, pool_size=2) if database_url else None
+    target = resolve_target(config, stack)
+    url, run_id = target.url, generator.new_run_id()
+    engine = db.make_engine(target.database_url, pool_size=2) if target.database_url else None
     try:
         tenants = generator.plan_tenants(run_id, count=len(config.tokens) or config.tenants, butlers=config.butlers,
                                          tenant_ids=list(config.tokens) or None)
@@ -119,72 +133,95 @@ async def burst(config: BurstConfig, *, stack: LocalStack | None = None, console
             raise SetupError("creating tenants needs --database-url (or pass --token TENANT=TOKEN pairs)")
         tokens = await asyncio.to_thread(make_tenants, engine, tenants, run_id) if create else dict(config.tokens)
         await preflight(url, tokens)
-        return await _run(config, url=url, engine=engine, run_id=run_id, tenants=tenants, tokens=tokens,
+        return await _run(config, target=target, engine=engine, run_id=run_id, tenants=tenants, tokens=tokens,
                           stack=stack, console=console)
     finally:
         if engine is not None:
             engine.dispose()
 
 
-async def _run(config: BurstConfig, *, url: str, engine: Engine | None, run_id: str,
+@dataclass
+class _Signals:
+    """What the run's tasks wait on: the writers are done, the backlog drained, the sampler may stop."""
+
+    writers_done: asyncio.Event = field(default_factory=asyncio.Event)
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+    sampler_stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _clients(config: BurstConfig, url: str, run_id: str, tenants: list[generator.TenantPlan], tokens: dict[str, str],
+             recorder: Recorder, stop: asyncio.Event) -> tuple[list[Writer], list[Reader]]:
+    """One writer per client (dealt to tenants round-robin) and the readers, all sharing the recorder."""
+    client_config = ClientConfig(url=url, give_up_s=config.give_up_s, replay=config.replay or config.chaos == "replay",
+                                 batch=config.batch)
+    pacer, writers = Pacer(config.rate), []
+    for client, count in enumerate(generator.split_evenly(config.episodes, config.clients)):
+        tenant = generator.client_tenant(client, tenants)
+        plan = generator.client_episodes(run_id, client=client, count=count, tenant=tenant, seed=config.seed)
+        writers.append(Writer(client_config, tokens[tenant.tenant_id], plan, recorder, pacer, stop))
+    readers = [Reader(url, tokens[tenants[i % len(tenants)].tenant_id], READ_TOOLS[config.read_tool],
+                      tenants[i % len(tenants)].butlers, _queries(config.seed + i), recorder,
+                      Pacer(config.read_rate / config.readers), stop) for i in range(config.readers)]
+    return writers, readers
+
+
+async def _run(config: BurstConfig, *, target: Target, engine: Engine | None, run_id: str,
                tenants: list[generator.TenantPlan], tokens: dict[str, str], stack: LocalStack | None,
                console: Console) -> dict:
     tenant_ids = [t.tenant_id for t in tenants]
     baseline = await asyncio.to_thread(_stored, engine, tenant_ids) if engine is not None else 0
-    recorder, writers_done, drained_event, sampler_stop = Recorder(), asyncio.Event(), asyncio.Event(), asyncio.Event()
-    client_config = ClientConfig(url=url, give_up_s=config.give_up_s, replay=config.replay or config.chaos == "replay",
-                                 batch=config.batch)
-    pacer = Pacer(config.rate)
-    writers = []
-    for client, count in enumerate(generator.split_evenly(config.episodes, config.clients)):
-        tenant = generator.client_tenant(client, tenants)
-        plan = generator.client_episodes(run_id, client=client, count=count, tenant=tenant, seed=config.seed)
-        writers.append(Writer(client_config, tokens[tenant.tenant_id], plan, recorder, pacer, writers_done))
-    readers = [Reader(url, tokens[tenants[i % len(tenants)].tenant_id], READ_TOOLS[config.read_tool],
-                      tenants[i % len(tenants)].butlers, _queries(config.seed + i), recorder,
-                      Pacer(config.read_rate / config.readers), writers_done) for i in range(config.readers)]
+    recorder, signals = Recorder(), _Signals()
+    writers, readers = _clients(config, target.url, run_id, tenants, tokens, recorder, signals.writers_done)
     drill = Drill(config.chaos, stack, config.outage_s, config.chaos_at) if config.chaos and stack else None
     keys = [(t.tenant_id, b) for t in tenants for b in t.butlers]
-    cpu_before = psutil.Process().cpu_times()
+    pids = {**target.pids, "loadtest": os.getpid()}
+    cpu_before = await asyncio.to_thread(cpu_seconds, pids)
     with report.live(console, quiet=config.quiet) as live:
         live.phase("burst", config.episodes)
-        sampler = asyncio.create_task(run_sampler(recorder, engine, tenant_ids, baseline=baseline, stop=sampler_stop))
-        drill_task = asyncio.create_task(drill.run(recorder, target=config.episodes, done=writers_done,
-                                                   drained=drained_event, keys=keys)) if drill else None
-        tasks = [asyncio.create_task(r.run()) for r in readers]
-        ticker = asyncio.create_task(_tick(live, recorder, writers_done))
+        sampler = asyncio.create_task(run_sampler(recorder, engine, tenant_ids, baseline=baseline,
+                                                  stop=signals.sampler_stop))
+        drill_task = asyncio.create_task(drill.run(recorder, target=config.episodes, done=signals.writers_done,
+                                                   drained=signals.drained, keys=keys)) if drill else None
+        side = [asyncio.create_task(r.run()) for r in readers] + [asyncio.create_task(_tick(live, recorder, signals))]
         try:
             await asyncio.wait_for(asyncio.gather(*(w.run() for w in writers)), config.max_seconds)
         except TimeoutError:
             recorder.counts["stopped_at_max_seconds"] += 1
         recorder.burst_ended = recorder.now()
-        writers_done.set()
-        cpu = _cpu_seconds(cpu_before)
-        await asyncio.gather(*tasks, ticker)
+        signals.writers_done.set()
+        burst_s = recorder.burst_ended - min((a.first_sent_at for a in recorder.accepts), default=0.0)
+        cpu = cpu_used(cpu_before, await asyncio.to_thread(cpu_seconds, pids), episodes=len(recorder.accepts),
+                       seconds=burst_s)
+        await asyncio.gather(*side)
         if drill_task and config.chaos != "replay":  # what a drill broke is restored before the drain counts
             await drill_task
-        drained = True
-        if engine is not None:
-            drained = await asyncio.to_thread(_drain, engine, tenant_ids, config.drain_timeout_s, live)
+        drained = await asyncio.to_thread(_drain, engine, tenant_ids, config.drain_timeout_s, live) if engine else None
         drained_at = recorder.now()
-        drained_event.set()
-        sampler_stop.set()
+        signals.drained.set()
+        signals.sampler_stop.set()
         await asyncio.gather(sampler, *([drill_task] if drill_task else []))
-    figures = _figures(config, recorder, url=url, run_id=run_id, tenants=tenants, drained=drained,
-                       drained_at=drained_at, cpu=cpu, has_drill=drill is not None)
+    figures = report.figures(config, recorder, url=target.url, run_id=run_id, tenants=tenants, drained=drained,
+                             drained_at=drained_at, cpu=cpu, has_drill=drill is not None)
+    await _verify(figures, recorder, engine=engine, tenants=tenants, tokens=tokens, url=target.url, stack=stack,
+                  run_id=run_id, chaos=config.chaos if drill else None)
+    return report.write(config.out_dir, figures, recorder, console)
+
+
+async def _verify(figures: dict, recorder: Recorder, *, engine: Engine | None, tenants: list[generator.TenantPlan],
+                  tokens: dict[str, str], url: str, stack: LocalStack | None, run_id: str, chaos: str | None) -> None:
+    """The database checks, the isolation probe, the drill's own checks; every broken promise in ``failures``."""
     if engine is not None:
         figures["database"] = await asyncio.to_thread(
             verify.check_database, engine, accepts=recorder.accepts, tenants=tenants, run_tag=f"lt{run_id}t")
     figures["isolation"] = await verify.probe_isolation(url, tenants, tokens) if len(tenants) > 1 else None
     figures["dead_parts"] = await asyncio.to_thread(stack.dead_parts) if stack else []
     figures["failures"] = verify.verdict(figures)
-    if drill is not None and not recorder.window(config.chaos) and config.chaos != "replay":
-        figures["failures"].append(f"the {config.chaos} drill never fired (the burst ended first): raise --episodes")
-    return _write(config, figures, recorder, console)
+    if chaos and chaos != "replay" and not recorder.window(chaos):
+        figures["failures"].append(f"the {chaos} drill never fired (the burst ended first): raise --episodes")
 
 
-async def _tick(live: report.Live, recorder: Recorder, done: asyncio.Event) -> None:
-    while not done.is_set():
+async def _tick(live: report.Live, recorder: Recorder, signals: _Signals) -> None:
+    while not signals.writers_done.is_set():
         live.update(len(recorder.accepts), report.burst_info(recorder))
         await asyncio.sleep(0.25)
     live.update(len(recorder.accepts), report.burst_info(recorder))
@@ -209,52 +246,6 @@ def _drain(engine: Engine, tenant_ids: list[str], timeout_s: float, live: report
 def _stored(engine: Engine, tenant_ids: list[str]) -> int:
     with engine.connect() as conn:
         return conn.execute(text("SELECT count(*) FROM episodes WHERE tenant_id = ANY(:t)"), {"t": tenant_ids}).scalar_one()
-
-
-def _cpu_seconds(before: Any) -> float:
-    after = psutil.Process().cpu_times()
-    return (after.user - before.user) + (after.system - before.system)
-
-
-def _figures(config: BurstConfig, recorder: Recorder, *, url: str, run_id: str,
-             tenants: list[generator.TenantPlan], drained: bool, drained_at: float, cpu: float,
-             has_drill: bool) -> dict[str, Any]:
-    accepts, ended = recorder.accepts, recorder.burst_ended or recorder.now()
-    first = min((a.first_sent_at for a in accepts), default=0.0)
-    burst_s = max(ended - first, 1e-6)
-    all_stored = next((s["t"] for s in recorder.samples if s["stored"] is not None and s["stored"] >= len(accepts)), None)
-    reads = [r[1] for r in recorder.reads]
-    settings = {k: v for k, v in asdict(config).items() if k not in ("tokens", "database_url")}
-    return {
-        "run_id": run_id, "config": {**settings, "url": url, "out_dir": str(config.out_dir),
-                                     "data_dir": str(config.data_dir) if config.data_dir else None},
-        "tenants": [{"tenant_id": t.tenant_id, "marker": t.marker, "butlers": list(t.butlers)} for t in tenants],
-        "counts": dict(recorder.counts), "events": recorder.events, "drained": drained,
-        "drain_timeout_s": config.drain_timeout_s,
-        "accepted_while_db_down": recorder.accepted_within(w) if (w := recorder.window("postgres")) else 0,
-        "summary": {
-            "planned": config.episodes, "accepted": len(accepts), "burst_seconds": burst_s,
-            "accepted_per_s": len(accepts) / burst_s, "accept_ms": latency_summary([c[1] for c in recorder.calls]),
-            "accept_total_ms": latency_summary([a.total_ms for a in accepts]),
-            "applied_after_burst_s": max(0.0, all_stored - ended) if all_stored is not None else None,
-            "drain_episodes_per_s": len(accepts) / max(all_stored - first, 1e-6) if all_stored is not None else None,
-            "consolidated_after_burst_s": max(0.0, drained_at - ended) if drained else None,
-            "reads": latency_summary(reads), "read_rps": len(reads) / burst_s,
-            "reads_degraded": sum(r[2] for r in recorder.reads),
-            "loadgen_cpu_percent": 100 * cpu / burst_s, "drill": config.chaos if has_drill else None,
-        },
-    }
-
-
-def _write(config: BurstConfig, figures: dict, recorder: Recorder, console: Console) -> dict:
-    config.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = config.out_dir / f"loadtest-{figures['run_id']}"
-    figures["files"] = {"json": str(stem.with_suffix(".json")), "png": str(stem.with_suffix(".png"))}
-    report.write_plot(recorder, figures, Path(figures["files"]["png"]))
-    report.write_json(figures, recorder, Path(figures["files"]["json"]))
-    Console().print(report.summary_table(figures))
-    console.print(f"wrote {figures['files']['json']} and {figures['files']['png']}")
-    return figures
 
 
 def run(config: BurstConfig) -> int:

@@ -38,7 +38,9 @@ class Drill:
         if self.name == "replay":
             await self._duplicate_wakeups(recorder, keys, drained)
             return
-        while len(recorder.accepts) < self.at_fraction * target and not done.is_set():
+        while len(recorder.accepts) < self.at_fraction * target:
+            if done.is_set():
+                return
             await asyncio.sleep(0.05)
         recorder.event(f"{self.name}_break")
         await asyncio.to_thread(self._break)

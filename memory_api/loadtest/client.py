@@ -139,6 +139,8 @@ class Writer:
                 if not is_transport_error(exc):
                     raise
                 counts["transport_errors"] += 1
+                if self.queue and self.queue[0].first_sent_at is None:  # its first try was this session's opening
+                    self.queue[0].first_sent_at = self.recorder.now()
                 if self.queue and not self._expire_head():
                     await asyncio.sleep(self.queue[0].next_backoff(self.config.backoff_max_s))
         counts["not_sent"] += sum(len(p.episodes) for p in self.queue if p.accepted is None)
@@ -221,7 +223,11 @@ class Writer:
 
 @dataclass
 class Reader:
-    """A concurrent reader: memory_context or memory_search for its tenant at its share of the read rate."""
+    """A concurrent reader: memory_context or memory_search for its tenant at its share of the read rate.
+
+    Open loop: a read starts on schedule whether or not the previous one answered (up to ``max_in_flight`` on
+    its session), so slow answers show up as latency instead of quietly lowering the rate.
+    """
 
     url: str
     token: str
@@ -232,20 +238,31 @@ class Reader:
     pacer: Pacer
     stop: asyncio.Event
     timeout_s: float = 30.0
+    max_in_flight: int = 16
 
     async def run(self) -> None:
         rng = random.Random(id(self))
         while not self.stop.is_set():
             try:
                 async with open_session(self.url, self.token, timeout_s=self.timeout_s) as session:
-                    while not self.stop.is_set():
-                        await self.pacer.wait()
-                        await self._read(session, rng)
+                    await self._read_until_stopped(session, rng)
             except Exception as exc:  # noqa: BLE001
                 if not is_transport_error(exc):
                     raise
                 self.recorder.counts["read_transport_errors"] += 1
                 await asyncio.sleep(0.5)
+
+    async def _read_until_stopped(self, session: ClientSession, rng: random.Random) -> None:
+        in_flight: set[asyncio.Task] = set()
+        async with asyncio.TaskGroup() as group:
+            while not self.stop.is_set():
+                await self.pacer.wait()
+                if len(in_flight) >= self.max_in_flight:
+                    self.recorder.counts["reads_behind_schedule"] += 1
+                    await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                task = group.create_task(self._read(session, rng))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
 
     async def _read(self, session: ClientSession, rng: random.Random) -> None:
         query, butler = rng.choice(self.queries), rng.choice(self.butlers)

@@ -120,6 +120,12 @@ class LocalStack:
     def dev_token(self) -> str:
         return Path(self.record["token_file"]).read_text().strip()
 
+    def pids(self) -> dict[str, int]:
+        """The pid of every part now (replacements included) and of the embedded PostgreSQL."""
+        pids = {name: part.pid for name, part in self.parts.items()}
+        postgres = stack_cli.postmaster_pid(self.pgdata)
+        return {**pids, **({"postgres": postgres} if postgres else {}), **({"redis": self.redis.pid} if self.redis else {})}
+
     def wait_front(self, timeout: float = FRONT_READY_S) -> None:
         """Until /healthz answers 200 (the front loaded its model and reaches the database)."""
         deadline = time.monotonic() + timeout

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import psutil
 from sqlalchemy import Engine, text
 
 SAMPLE_INTERVAL_S = 0.5
@@ -130,3 +131,30 @@ async def run_sampler(recorder: Recorder, engine: Engine | None, tenant_ids: lis
             await asyncio.wait_for(stop.wait(), SAMPLE_INTERVAL_S)
         except TimeoutError:
             pass
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds used so far by each named process and its children (a worker's pool, PostgreSQL's backends)."""
+    out = {}
+    for name, pid in pids.items():
+        try:
+            proc = psutil.Process(pid)
+            own = proc.cpu_times()
+            total = own.user + own.system + own.children_user + own.children_system  # + exited children
+            for child in proc.children(recursive=True):
+                try:
+                    times = child.cpu_times()
+                    total += times.user + times.system
+                except psutil.Error:
+                    continue
+            out[name] = total
+        except psutil.Error:
+            continue
+    return out
+
+
+def cpu_used(before: dict[str, float], after: dict[str, float], *, seconds: float, episodes: int) -> dict[str, Any]:
+    """Per process: cores busy on average over ``seconds``, and CPU milliseconds per accepted episode."""
+    names = [n for n in before if n in after]
+    return {n: {"cores": round((after[n] - before[n]) / max(seconds, 1e-6), 3),
+                "ms_per_episode": round(1000 * (after[n] - before[n]) / max(episodes, 1), 3)} for n in names}

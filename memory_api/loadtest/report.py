@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from memory_api.loadtest.metrics import Recorder
+from memory_api.loadtest.generator import TenantPlan
+from memory_api.loadtest.metrics import Recorder, latency_summary
 
 
 class Live:
@@ -61,7 +63,7 @@ def _ms(value: float | None) -> str:
 
 
 def summary_table(figures: dict[str, Any]) -> Table:
-    s, db = figures["summary"], figures.get("database") or {}
+    s = figures["summary"]
     table = Table(title=f"memory-butler loadtest burst {figures['run_id']}", show_header=False)
     table.add_column("figure", style="bold")
     table.add_column("value")
@@ -74,21 +76,36 @@ def summary_table(figures: dict[str, Any]) -> Table:
         ("accept latency", f"p50 {_ms(s['accept_ms']['p50'])}  p95 {_ms(s['accept_ms']['p95'])}  "
                            f"p99 {_ms(s['accept_ms']['p99'])}  max {_ms(s['accept_ms']['max'])}"),
         ("with retries", f"p99 {_ms(s['accept_total_ms']['p99'])}  max {_ms(s['accept_total_ms']['max'])}"),
-        ("stored", f"{db.get('stored', '?')} of {s['accepted']}; all applied "
-                   f"{_secs(s.get('applied_after_burst_s'))} after the burst ({_rate(s.get('drain_episodes_per_s'))})"
-         if s.get("applied_after_burst_s") is not None else f"{db.get('stored', '?')} of {s['accepted']}; not all applied"),
-        ("consolidated", (f"drained {_secs(s['consolidated_after_burst_s'])} after the burst; "
-                          if s.get("consolidated_after_burst_s") is not None else "backlog NOT drained; ")
-         + ", ".join(f"{k} {v}" for k, v in sorted(db.get("consolidation_status", {}).items()))),
+        ("stored", _stored(s, figures.get("database"))),
+        ("consolidated", _consolidated(s, figures.get("database"))),
         ("reads", f"{s['reads']['count']} ({s['read_rps']:.1f}/s)  p50 {_ms(s['reads']['p50'])}  "
                   f"p95 {_ms(s['reads']['p95'])}  degraded {s['reads_degraded']}" if s["reads"]["count"] else "none"),
         ("retries", ", ".join(f"{k} {v}" for k, v in sorted(figures["counts"].items()) if v) or "none"),
-        ("load generator", f"{s['loadgen_cpu_percent']:.0f}% of one core"),
+        ("cpu (cores)", "  ".join(f"{name} {c['cores']:.2f}" for name, c in figures.get("cpu", {}).items())
+         + "  (during the burst)"),
         ("verification", _verification(figures)),
     ]
     for label, value in rows:
         table.add_row(label, value)
     return table
+
+
+def _stored(s: dict[str, Any], db: dict[str, Any] | None) -> str:
+    if db is None:
+        return "not measured (no database URL)"
+    if s.get("applied_after_burst_s") is None:
+        return f"{db['stored']} of {s['accepted']}; NOT all applied"
+    return (f"{db['stored']} of {s['accepted']}; all applied {_secs(s['applied_after_burst_s'])} after the burst "
+            f"({_rate(s.get('drain_episodes_per_s'))})")
+
+
+def _consolidated(s: dict[str, Any], db: dict[str, Any] | None) -> str:
+    if db is None:
+        return "not measured (no database URL)"
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(db.get("consolidation_status", {}).items()))
+    if s.get("consolidated_after_burst_s") is None:
+        return f"backlog NOT drained; {statuses}"
+    return f"drained {_secs(s['consolidated_after_burst_s'])} after the burst; {statuses}"
 
 
 def _secs(value: float | None) -> str:
@@ -102,9 +119,11 @@ def _rate(value: float | None) -> str:
 def _verification(figures: dict[str, Any]) -> str:
     db, iso = figures.get("database"), figures.get("isolation") or {}
     if db is None:
-        return "[yellow]skipped (no database URL)[/]"
-    line = (f"lost {db['lost']}, duplicated {db['duplicated']}, out of order {db['out_of_order']}, "
-            f"not terminal {db['non_terminal']}, cross-tenant {db['cross_tenant_sql'] + iso.get('leaks', 0)}")
+        line = (f"database checks skipped (no database URL); cross-tenant through MCP {iso.get('leaks', 0)} "
+                f"in {iso.get('probes', 0)} probes")
+    else:
+        line = (f"lost {db['lost']}, duplicated {db['duplicated']}, out of order {db['out_of_order']}, "
+                f"not terminal {db['non_terminal']}, cross-tenant {db['cross_tenant_sql'] + iso.get('leaks', 0)}")
     if figures["failures"]:
         return f"[red]FAILED[/]: {line}\n" + "\n".join(f"  - {f}" for f in figures["failures"])
     return f"[green]PASSED[/]: {line}"
@@ -164,3 +183,48 @@ def _mark(ax: Any, recorder: Recorder) -> None:
         if name.endswith("_break"):  # from breaking it to having restored it
             end = times.get(name[: -len("_break")] + "_restored", recorder.burst_ended or start)
             ax.axvspan(start, end, color="orange", alpha=0.2)
+
+
+def figures(config: Any, recorder: Recorder, *, url: str, run_id: str, tenants: Sequence[TenantPlan],
+            drained: bool | None, drained_at: float, cpu: dict[str, Any], has_drill: bool) -> dict[str, Any]:
+    """Every figure of the run (the JSON's top level; the raw series are added by :func:`write_json`)."""
+    accepts, ended = recorder.accepts, recorder.burst_ended or recorder.now()
+    first = min((a.first_sent_at for a in accepts), default=0.0)
+    burst_s = max(ended - first, 1e-6)
+    all_stored = next((s["t"] for s in recorder.samples if s["stored"] is not None and s["stored"] >= len(accepts)),
+                      None)
+    reads = [r[1] for r in recorder.reads]
+    settings = {k: v for k, v in asdict(config).items() if k not in ("tokens", "database_url")}
+    return {
+        "run_id": run_id, "config": {**settings, "url": url, "out_dir": str(config.out_dir),
+                                     "data_dir": str(config.data_dir) if config.data_dir else None},
+        "tenants": [{"tenant_id": t.tenant_id, "marker": t.marker, "butlers": list(t.butlers)} for t in tenants],
+        "counts": dict(recorder.counts), "events": recorder.events, "drained": drained,
+        "drain_timeout_s": config.drain_timeout_s,
+        "accepted_while_db_down": recorder.accepted_within(w) if (w := recorder.window("postgres")) else 0,
+        "cpu": cpu,
+        "summary": {
+            "planned": config.episodes, "accepted": len(accepts), "burst_seconds": burst_s,
+            "accepted_per_s": len(accepts) / burst_s, "accept_ms": latency_summary([c[1] for c in recorder.calls]),
+            "accept_total_ms": latency_summary([a.total_ms for a in accepts]),
+            "applied_after_burst_s": max(0.0, all_stored - ended) if all_stored is not None else None,
+            "drain_episodes_per_s": len(accepts) / max(all_stored - first, 1e-6) if all_stored is not None else None,
+            "consolidated_after_burst_s": max(0.0, drained_at - ended) if drained else None,
+            "reads": latency_summary(reads), "read_rps": len(reads) / burst_s,
+            "reads_degraded": sum(r[2] for r in recorder.reads),
+            "loadgen_cpu_percent": 100 * cpu.get("loadtest", {}).get("cores", 0.0),
+            "drill": config.chaos if has_drill else None,
+        },
+    }
+
+
+def write(out_dir: Path, figures: dict[str, Any], recorder: Recorder, console: Console) -> dict[str, Any]:
+    """The PNG and the JSON in ``out_dir``, the summary table on stdout; returns ``figures`` with their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"loadtest-{figures['run_id']}"
+    figures["files"] = {"json": str(stem.with_suffix(".json")), "png": str(stem.with_suffix(".png"))}
+    write_plot(recorder, figures, Path(figures["files"]["png"]))
+    write_json(figures, recorder, Path(figures["files"]["json"]))
+    Console().print(summary_table(figures))
+    console.print(f"wrote {figures['files']['json']} and {figures['files']['png']}")
+    return figures
