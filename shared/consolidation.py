@@ -209,6 +209,10 @@ def apply_plan(conn: Connection, *, batch: Batch, plan: Plan, vectors: np.ndarra
     """Store one plan's facts and rules, confirm and contradict, and link everything to its episodes."""
     counts: Counter[str] = Counter()
     links: list[dict[str, Any]] = []
+    # Take every fact-key lock this plan needs up front, in one global order: two consolidations of one tenant
+    # writing overlapping global keys in different orders would otherwise deadlock (seen in load tests).
+    for scope, subject, predicate in sorted({(f.write.scope, f.write.subject, f.write.predicate) for f in plan.facts}):
+        repo.lock_fact_key(conn, tenant_id=batch.tenant_id, scope=scope, subject=subject, predicate=predicate)
     for planned, vector in zip(plan.facts, vectors[:len(plan.facts)], strict=True):
         result = writes.store_fact(conn, tenant_id=batch.tenant_id, fact_id=planned.id, write=planned.write,
                                    vector=vector, embedding_version_id=version_id, source_butler=batch.butler,

@@ -367,6 +367,7 @@ class Stack:
         self._prepare_database(database_url)
         env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
                "MEMORY_BUTLER_DATA_DIR": str(self.data_dir)}
+        self.env = env
         for name, part in self.parts.items():
             if stopping.is_set():
                 return
@@ -377,6 +378,15 @@ class Stack:
                 self.save()
         self.record["state"] = "running"
         self.save()
+
+    def restart(self, name: str) -> subprocess.Popen:
+        """Start part ``name`` again with its original command and environment; stack.json follows."""
+        cmd = self.parts[name]["cmd"]
+        popen = _spawn(name, cmd, env=self.env, log_dir=self.log_dir)
+        self.record["processes"] = [p for p in self.record["processes"] if p.get("name") != name]
+        self.record["processes"].append(_process_record(name, popen, self.log_dir, cmd=cmd))
+        self.save()
+        return popen
 
     def _start_postgres(self) -> str:
         if self.settings.database_url:
@@ -423,20 +433,28 @@ class Stack:
             tenancy.ensure_dev_token(conn, tenant_id=self.settings.tenant_id, token_file=self.data_dir / TOKEN_FILE)
         engine.dispose()  # `up` only supervises from here; hold no connections
 
-    def supervise(self, stopping: threading.Event) -> None:
-        """Until a signal: report a part that dies (once) and keep the others running."""
-        watched = {**self.children, **({"redis": self.redis} if self.redis else {})}
-        reported: set[str] = set()
+    def supervise(self, stopping: threading.Event, *, restart: bool = True) -> None:
+        """Until a signal: restart a part that dies (beat, say, exits when Redis restarts), at most
+        RESTART_LIMIT times per part, each after RESTART_DELAY_S; after that report it and leave it down."""
+        restarts: dict[str, int] = {}
         while not stopping.wait(0.5):
-            for name, popen in watched.items():
+            for name, popen in list(self.children.items()):
                 code = popen.poll()
-                if code is not None and name not in reported:
-                    reported.add(name)
-                    log.error(
-                        "stack part exited unexpectedly; the others keep running",
-                        extra={"part": name, "pid": popen.pid, "returncode": code,
-                               "log": str(self.log_dir / f"{name}.log")},
-                    )
+                if code is None or restarts.get(name, 0) > RESTART_LIMIT:
+                    continue
+                restarts[name] = restarts.get(name, 0) + 1 if restart else RESTART_LIMIT + 1
+                extra = {"part": name, "pid": popen.pid, "returncode": code, "restarts": restarts[name],
+                         "log": str(self.log_dir / f"{name}.log")}
+                if restarts[name] > RESTART_LIMIT:
+                    log.error("stack part keeps exiting; left down, the others keep running", extra=extra)
+                    continue
+                log.warning("stack part exited unexpectedly; restarting it", extra=extra)
+                if stopping.wait(RESTART_DELAY_S):
+                    return
+                self.children[name] = self.restart(name)
+            if self.redis is not None and self.redis.poll() is not None and "redis" not in restarts:
+                restarts["redis"] = 1
+                log.error("the Redis this stack started exited", extra={"pid": self.redis.pid})
 
     def stop(self) -> None:
         """Stop the parts, then the Redis and PostgreSQL this `up` runs; remove stack.json."""
@@ -449,6 +467,10 @@ class Stack:
         if self.pgdata is not None:
             stop_embedded_postgres(self.pgdata)
         stack_path(self.data_dir).unlink(missing_ok=True)
+
+
+RESTART_LIMIT = 5      # restarts per part per `up`; a part that keeps dying is left down and reported
+RESTART_DELAY_S = 2.0  # e.g. beat exits when Redis restarts: give Redis a moment to come back
 
 
 def _stop_on_signals() -> threading.Event:
@@ -500,14 +522,14 @@ def print_summary(record: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _run_up(settings: Settings, parts: dict[str, dict[str, Any]]) -> int:
+def _run_up(settings: Settings, parts: dict[str, dict[str, Any]], *, restart: bool = True) -> int:
     stopping = _stop_on_signals()
     stack = Stack(settings, parts)
     try:
         stack.start(stopping)
         if not stopping.is_set():
             print_summary(stack.record)
-            stack.supervise(stopping)
+            stack.supervise(stopping, restart=restart)
         return 0
     except StackError as exc:
         print(f"memory-butler up: {exc}", file=sys.stderr)
@@ -525,6 +547,8 @@ def _up_detached(args: argparse.Namespace, settings: Settings) -> int:
     for flag, value in (("--host", args.host), ("--port", args.port), ("--flower-port", args.flower_port)):
         if value is not None:
             cmd += [flag, str(value)]
+    if not args.restart:
+        cmd.append("--no-restart")
     log_dir = settings.data_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     popen = _spawn("up", cmd, env=dict(os.environ), log_dir=log_dir)
@@ -569,7 +593,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if busy:
         print(f"memory-butler up: {busy}", file=sys.stderr)
         return 2
-    return _up_detached(args, settings) if args.detach else _run_up(settings, parts)
+    return _up_detached(args, settings) if args.detach else _run_up(settings, parts, restart=args.restart)
 
 
 # --- status and down ----------------------------------------------------------------------------
@@ -681,6 +705,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--flower-port", type=int, help="port of Flower on 127.0.0.1 (default: flower_port = 5555)")
     up.add_argument("--detach", action="store_true",
                     help="run in the background: wait until everything is up, print the summary, return")
+    up.add_argument("--no-restart", dest="restart", action="store_false",
+                    help="leave a part that exits down (default: restart it, up to 5 times); for fault drills "
+                         "that restart parts themselves")
     up.set_defaults(func=cmd_up)
 
     status = subparsers.add_parser(

@@ -21,6 +21,7 @@ from memory_api.loadtest.metrics import Recorder
 
 DRILLS = ("kill-worker", "redis", "postgres", "front", "replay")
 DUPLICATE_WAKEUP_EVERY_S = 0.5
+REDIS_SUPERVISE_S = 10.0  # beat notices the lost lock within its 5 s loop
 
 
 @dataclass
@@ -49,9 +50,20 @@ class Drill:
         recorder.event(f"{self.name}_restoring")
         await asyncio.to_thread(self._restore)
         recorder.event(f"{self.name}_restored")
+        if self.name == "redis":
+            await self._supervise_after_redis(recorder)
         if self.name == "front":
             await asyncio.to_thread(self.stack.wait_front)
             recorder.event("front_ready")
+
+    async def _supervise_after_redis(self, recorder: Recorder) -> None:
+        """Beat exits when its Redis lock vanishes; restart what died, as `up`'s supervisor does by default
+        (this stack runs with --no-restart so that the drills own every restart)."""
+        for _ in range(int(REDIS_SUPERVISE_S)):
+            await asyncio.sleep(1.0)
+            revived = await asyncio.to_thread(self.stack.revive)
+            if revived:
+                recorder.event(f"restarted_after_redis:{','.join(revived)}")
 
     def _break(self) -> None:
         {"kill-worker": lambda: self.stack.kill("worker"), "front": lambda: self.stack.kill("front"),

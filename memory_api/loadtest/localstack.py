@@ -3,8 +3,9 @@ drills, stopped here. Never anyone else's: loopback only, and a dedicated ``redi
 stopping Redis never touches a shared one.
 
 :class:`LocalStack` runs ``memory-butler up --detach`` and keeps each part's pid, command line and environment
-(read from the live process), so a part can be killed and the same part started again. `up` reports a dead part
-but does not restart it; the replacements started here are this class's to stop.
+(read from the live process), so a part can be killed and the same part started again. The stack runs with
+`up --no-restart`: the drills restart parts themselves (as `up`'s supervisor would by default), and the
+replacements started here are this class's to stop.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class LocalStack:
         self._start_redis()
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "MEMORY_BUTLER_DATA_DIR")}
         env["REDIS_URL"] = self.redis_url
-        cmd = [sys.executable, "-m", "memory_api", "up", "--data-dir", str(self.data_dir), "--detach",
+        cmd = [sys.executable, "-m", "memory_api", "up", "--data-dir", str(self.data_dir), "--detach", "--no-restart",
                "--port", str(free_port()), "--flower-port", str(free_port())]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=START_DEADLINE_S + 30)
         if done.returncode != 0:
