@@ -12,10 +12,10 @@ from sqlalchemy.exc import DBAPIError
 
 from shared import maintenance, writes
 from shared.config import load_settings
+from tests.factories import VEC, insert_episode
 from shared.lifecycle import anti_pattern_content, is_allowed
 
 NOW = datetime(2026, 6, 1, 3, 0, tzinfo=UTC)
-VEC = "[" + ",".join(["0.1"] * 384) + "]"
 SETTINGS = load_settings()
 
 
@@ -212,17 +212,8 @@ def test_two_concurrent_runs_change_no_more_than_one(engine):
 
 
 def _episode(conn, tenant, *, status, age_days, expires_in_days=7.0, butler="health"):
-    eid = uuid.uuid4()
-    seq = conn.execute(text(
-        "INSERT INTO shard_sequences VALUES (:t, :b, 1) ON CONFLICT (tenant_id, butler) "
-        "DO UPDATE SET last_seq = shard_sequences.last_seq + 1 RETURNING last_seq"),
-        {"t": tenant, "b": butler}).scalar()
-    conn.execute(text(
-        "INSERT INTO episodes (id, tenant_id, butler, seq, content, embedding, consolidation_status, created_at, "
-        "expires_at) VALUES (:id, :t, :b, :seq, 'e', CAST(:e AS vector), :st, :c, :x)"
-    ), {"id": eid, "t": tenant, "b": butler, "seq": seq, "e": VEC, "st": status,
-        "c": NOW - timedelta(days=age_days), "x": NOW + timedelta(days=expires_in_days)})
-    return eid
+    return insert_episode(conn, tenant, butler=butler, status=status, created_at=NOW - timedelta(days=age_days),
+                          expires_at=NOW + timedelta(days=expires_in_days))
 
 
 def _remaining(engine, tenant):

@@ -10,9 +10,9 @@ from sqlalchemy import text
 
 from shared import stats as stats_mod
 from shared.config import load_settings
+from tests.factories import VEC, insert_episode
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
-VEC = "[" + ",".join(["0.1"] * 384) + "]"
 SETTINGS = load_settings()
 
 
@@ -34,15 +34,8 @@ def _rule(conn, tenant, *, maturity="candidate", success=0, harmful=0, eff=0.0, 
 
 
 def _episode(conn, tenant, *, butler="health", status="pending", age_seconds=0.0):
-    seq = conn.execute(text(
-        "INSERT INTO shard_sequences VALUES (:t, :b, 1) ON CONFLICT (tenant_id, butler) "
-        "DO UPDATE SET last_seq = shard_sequences.last_seq + 1 RETURNING last_seq"),
-        {"t": tenant, "b": butler}).scalar()
-    conn.execute(text(
-        "INSERT INTO episodes (id, tenant_id, butler, seq, content, embedding, consolidation_status, created_at, "
-        "expires_at) VALUES (:id, :t, :b, :seq, 'e', CAST(:e AS vector), :st, :c, :x)"
-    ), {"id": uuid.uuid4(), "t": tenant, "b": butler, "seq": seq, "e": VEC, "st": status,
-        "c": NOW - timedelta(seconds=age_seconds), "x": NOW + timedelta(days=7)})
+    insert_episode(conn, tenant, butler=butler, status=status, created_at=NOW - timedelta(seconds=age_seconds),
+                   expires_at=NOW + timedelta(days=7))
 
 
 def _intent(conn, tenant, *, butler="health", status="pending", age_seconds=0.0):
