@@ -5,8 +5,9 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 from sqlalchemy import Engine
@@ -70,3 +71,17 @@ def runtime() -> Runtime:
 def worker_name(hostname: str | None) -> str:
     """The actor name a task writes in memory_events: ``worker:<celery hostname>``."""
     return f"worker:{hostname or socket.gethostname()}"
+
+
+@dataclass
+class KeyRunSummary:
+    """What one run of a per-key task did; ``busy``: another worker held the key; ``more``: work remains."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    batches: int = 0
+    busy: bool = False
+    more: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        counts = {k: v for k, v in self.counts.items() if isinstance(v, int)}
+        return {**counts, "batches": self.batches, "busy": self.busy, "more": self.more}

@@ -16,9 +16,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -28,7 +27,7 @@ from sqlalchemy import Engine
 
 from memory_workers.app import CONSOLIDATE_TASK, app, soft_time_limit
 from memory_workers.enqueue import wake_consolidate
-from memory_workers.tasks import Embedder, runtime, worker_name
+from memory_workers.tasks import Embedder, KeyRunSummary, runtime, worker_name
 from shared.config import Settings
 from shared.consolidation import (
     Failure, RunContext, StaleBatch, apply_run, describe_error, fetch_batch, has_due, key_lock,
@@ -65,30 +64,16 @@ def consolidate(self: Any, tenant_id: str, butler: str) -> dict[str, Any]:
     return summary.as_dict()
 
 
-@dataclass
-class KeySummary:
-    """What one run did; ``busy``: another run held the key; ``more``: due episodes remain."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-    batches: int = 0
-    busy: bool = False
-    more: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        counts = {k: v for k, v in self.counts.items() if isinstance(v, int)}
-        return {**counts, "batches": self.batches, "busy": self.busy, "more": self.more}
-
-
 def consolidate_key(
     engine: Engine, *, extractor: Extractor, embedder: Embedder, settings: Settings, tenant_id: str, butler: str,
     worker: str, max_batches: int = MAX_BATCHES_PER_TASK, budget_s: float | None = None,
     clock: Callable[[], datetime] = _utcnow, jitter: Callable[[], float] = random.random,
-) -> KeySummary:
+) -> KeyRunSummary:
     """Consolidate batches of the key while any is due, within ``max_batches`` and ``budget_s`` seconds."""
     if budget_s is None:
         budget_s = soft_time_limit(settings.workers.task_time_limit_seconds) * BUDGET_SHARE
     runner = _Runner(engine, extractor, embedder, settings, worker, clock, jitter, time.monotonic() + budget_s)
-    summary = KeySummary()
+    summary = KeyRunSummary()
     with key_lock(engine, tenant_id=tenant_id, butler=butler) as held:
         if not held:
             summary.busy = True

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -25,7 +24,7 @@ from sqlalchemy import Connection, RowMapping, text
 
 from memory_workers.app import APPLY_TASK, app
 from memory_workers.enqueue import wake_apply, wake_consolidate
-from memory_workers.tasks import Runtime, runtime, worker_name
+from memory_workers.tasks import KeyRunSummary, Runtime, runtime, worker_name
 from shared import intake, writes
 from shared import repository as repo
 from shared.consolidation import describe_error
@@ -42,19 +41,6 @@ log = logging.getLogger(__name__)
 APPLY_LOCK_SALT = 0x6170706C79  # "apply"
 # Batches per task run before the task re-enqueues itself: a hot key yields its shard queue to the others.
 MAX_BATCHES_PER_TASK = 40
-
-
-@dataclass
-class ApplySummary:
-    """What one task run did; ``more`` asks for another run, ``busy`` means another worker held the key."""
-
-    counts: Counter[str] = field(default_factory=Counter)
-    batches: int = 0
-    busy: bool = False
-    more: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.counts, "batches": self.batches, "busy": self.busy, "more": self.more}
 
 
 def apply_lock_key(tenant_id: str, butler: str) -> int:
@@ -83,9 +69,9 @@ def _wake(wake: Any, rt: Runtime, tenant_id: str, butler: str) -> None:
 
 
 def apply_pending(rt: Runtime, *, tenant_id: str, butler: str, actor: Actor,
-                  max_batches: int = MAX_BATCHES_PER_TASK) -> ApplySummary:
+                  max_batches: int = MAX_BATCHES_PER_TASK) -> KeyRunSummary:
     """Apply batches until one comes back short; ``more`` is set if pending intents remain afterwards."""
-    summary = ApplySummary()
+    summary = KeyRunSummary()
     limit = rt.settings.workers.ingest_batch_size
     for _ in range(max_batches):
         claimed = _apply_round(rt, tenant_id=tenant_id, butler=butler, limit=limit, actor=actor, summary=summary)
@@ -100,7 +86,7 @@ def apply_pending(rt: Runtime, *, tenant_id: str, butler: str, actor: Actor,
 
 
 def _apply_round(rt: Runtime, *, tenant_id: str, butler: str, limit: int, actor: Actor,
-                 summary: ApplySummary) -> int | None:
+                 summary: KeyRunSummary) -> int | None:
     """One batch in one transaction; None if another worker holds the key. A failed batch is retried singly."""
     try:
         with unit_of_work(rt.engine) as conn:
@@ -125,7 +111,7 @@ def _apply_round(rt: Runtime, *, tenant_id: str, butler: str, limit: int, actor:
     return len(intents)
 
 
-def _fail_oldest(rt: Runtime, *, tenant_id: str, butler: str, exc: Exception, summary: ApplySummary) -> int | None:
+def _fail_oldest(rt: Runtime, *, tenant_id: str, butler: str, exc: Exception, summary: KeyRunSummary) -> int | None:
     """Count ``exc`` against the key's oldest pending intent: the one whose single-intent batch just failed."""
     with unit_of_work(rt.engine) as conn:
         if not _try_lock(conn, tenant_id, butler):

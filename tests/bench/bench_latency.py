@@ -16,7 +16,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -25,7 +24,7 @@ from shared.embedding import get_embedder, get_token_counter  # noqa: E402
 from shared.reads import Reader  # noqa: E402
 from shared.writes import Visibility  # noqa: E402
 from tests.bench.common import bench_engine  # noqa: E402
-from tests.bench.corpus import load_corpus, questions  # noqa: E402
+from tests.bench.corpus import corpus_tenants, questions  # noqa: E402
 
 
 def pct(values: list[float], p: float) -> float:
@@ -70,11 +69,7 @@ def main() -> int:
         return v
 
     with bench_engine(args.database_url) as engine:
-        if args.reuse:
-            with engine.connect() as conn:
-                tenants = list(conn.execute(text("SELECT id FROM tenants WHERE id LIKE 'lat-%' ORDER BY id")).scalars())
-        else:
-            tenants = load_corpus(engine, facts=args.facts, rules=args.rules, tenants=args.tenants)
+        tenants = corpus_tenants(engine, reuse=args.reuse, facts=args.facts, rules=args.rules, tenants=args.tenants)
         reader = Reader(engine=engine, settings=load_settings(), embed=timed_embed,
                         count_tokens=get_token_counter().count_many)
         qs = questions(random.Random(5), args.queries)

@@ -37,7 +37,7 @@ from shared import candidates  # noqa: E402
 from shared.embedding import get_embedder, to_pgvector  # noqa: E402
 from shared.tenancy import create_token  # noqa: E402
 from tests.bench.common import bench_engine  # noqa: E402
-from tests.bench.corpus import load_corpus, questions  # noqa: E402
+from tests.bench.corpus import corpus_tenants, questions  # noqa: E402
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 
@@ -132,11 +132,7 @@ def main() -> int:
     args = parser.parse_args()
     qs = questions(random.Random(5), 200)
     with bench_engine(args.database_url) as engine:
-        if args.reuse:
-            with engine.connect() as conn:
-                tenants = list(conn.execute(text("SELECT id FROM tenants WHERE id LIKE 'lat-%' ORDER BY id")).scalars())
-        else:
-            tenants = load_corpus(engine, facts=args.facts, rules=args.rules, tenants=args.tenants)
+        tenants = corpus_tenants(engine, reuse=args.reuse, facts=args.facts, rules=args.rules, tenants=args.tenants)
         with engine.begin() as conn:
             tokens = [create_token(conn, tenant_id=t, name="bench", butlers=["health"], role="butler")[1]
                       for t in tenants[:args.clients]]

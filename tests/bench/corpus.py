@@ -34,6 +34,14 @@ INDEXES = {
 }
 
 
+def corpus_tenants(engine: Engine, *, reuse: bool, facts: int, rules: int, tenants: int) -> list[str]:
+    """The corpus's tenant ids: loaded now, or (``reuse``) those a previous load left in the database."""
+    if not reuse:
+        return load_corpus(engine, facts=facts, rules=rules, tenants=tenants)
+    with engine.connect() as conn:
+        return list(conn.execute(text("SELECT id FROM tenants WHERE id LIKE 'lat-%' ORDER BY id")).scalars())
+
+
 def sentences(rng: random.Random, n: int) -> list[str]:
     return [f"The {rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(TOPICS)} and {rng.choice(TOPICS)} "
             f"({rng.choice(['mornings', 'weekends', 'evenings', 'lately', 'this year'])})" for _ in range(n)]
@@ -137,4 +145,4 @@ def _flush(cur, table: str, buf: io.StringIO) -> int:  # noqa: ANN001
     return data.count("\n")
 
 
-__all__ = ["load_corpus", "questions"]
+__all__ = ["corpus_tenants", "load_corpus", "questions"]
