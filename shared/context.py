@@ -70,7 +70,12 @@ def build(
     *, facts: Sequence[Hit], rules: Sequence[Hit], episodes: Sequence[Hit], budget: int, quotas: SectionQuotas,
     count: CountTokens, now: datetime,
 ) -> ContextBlock:
-    """Assemble the block; ``count(text)`` never exceeds ``budget`` for the returned text."""
+    """Assemble the block; ``count(text)`` never exceeds ``budget`` for the returned text.
+
+    ``count`` must be additive over whitespace-joined pieces, as the model's WordPiece tokenizer is (it splits on
+    whitespace first): the block's token count is then the sum of its lines' counts, with no second pass over it.
+    Each line break is still charged one token against the budget, as a margin.
+    """
     sections = {
         "facts": list(facts),
         "rules": [r for r in rules if r.maturity != "anti_pattern"],
@@ -81,13 +86,14 @@ def build(
              "episodes": quotas.episodes}
     total_share = sum(share.values()) or 1.0
     lines = [HEADER]
-    used = count([HEADER])[0] + 1
+    tokens = count([HEADER])[0]
+    used = tokens + 1
     carry = 0
     included: dict[str, list[str]] = {}
     dropped = 0
     for name, hits in sections.items():
         allowance = min(budget - used, int(budget * share[name] / total_share) + carry)
-        spent, chosen = _fill(hits, title=TITLES[name], allowance=allowance, count=count, now=now)
+        spent, section_tokens, chosen = _fill(hits, title=TITLES[name], allowance=allowance, count=count, now=now)
         dropped += len(hits) - len(chosen)
         if chosen:
             lines.append("")
@@ -95,22 +101,25 @@ def build(
             lines.extend(line for _, line in chosen)
             included[name] = [str(h.id) for h, _ in chosen]
         used += spent
+        tokens += section_tokens
         carry = max(0, allowance - spent)
-    text = "\n".join(lines) if included else ""
-    return ContextBlock(text=text, tokens=count([text])[0] if text else 0, included=included, dropped=dropped)
+    if not included:
+        return ContextBlock(text="", tokens=0, included={}, dropped=dropped)
+    return ContextBlock(text="\n".join(lines), tokens=tokens, included=included, dropped=dropped)
 
 
 def _fill(
     hits: Sequence[Hit], *, title: str, allowance: int, count: CountTokens, now: datetime
-) -> tuple[int, list[tuple[Hit, str]]]:
-    """Lines in rank order while they fit (title and separating newlines included)."""
+) -> tuple[int, int, list[tuple[Hit, str]]]:
+    """Lines in rank order while they fit: (budget spent with the line-break margins, tokens, chosen lines)."""
     if not hits:
-        return 0, []
+        return 0, 0, []
     candidates = [line_for(hit, now) for hit in hits]
     costs = count([title, *candidates])
-    spent = costs[0] + 2  # a blank line and the title line
+    tokens = costs[0]
+    spent = tokens + 2  # a blank line and the title line
     if spent >= allowance:
-        return 0, []
+        return 0, 0, []
     chosen: list[tuple[Hit, str]] = []
     for hit, line, cost in zip(hits, candidates, costs[1:]):
         if cost > MAX_LINE_TOKENS:
@@ -120,4 +129,5 @@ def _fill(
             break
         chosen.append((hit, line))
         spent += cost + 1
-    return (spent, chosen) if chosen else (0, [])
+        tokens += cost
+    return (spent, tokens, chosen) if chosen else (0, 0, [])

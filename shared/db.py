@@ -16,12 +16,17 @@ EMBEDDED_DB = "memory_butler"
 
 
 def normalise_url(url: str) -> str:
-    """Map plain ``postgresql://`` to the psycopg2 driver this project ships (SQLAlchemy 2.1 would pick psycopg 3)."""
-    if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://"):]
-    if url.startswith("postgresql://"):
-        url = "postgresql+psycopg2://" + url[len("postgresql://"):]
+    """Map ``postgres://``, ``postgresql://`` and ``postgresql+psycopg2://`` to psycopg 3, the driver this project
+    ships (server-side parameters and prepared statements: see :func:`make_engine`)."""
+    for prefix in ("postgres://", "postgresql://", "postgresql+psycopg2://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
     return url
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a database error (SQLAlchemy's wrapper or the driver's own), or None."""
+    return getattr(getattr(exc, "orig", exc), "sqlstate", None)
 
 
 def embedded_pgdata(settings: Settings) -> Path:

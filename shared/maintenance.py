@@ -22,7 +22,9 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from shared.config import FactSettings, RuleSettings, Settings
+from shared.db import sqlstate
 from shared.lifecycle import ANTI_PATTERN_PREFIX, DEFAULT_HARM_REASON, check_transition
+from shared.scoring import effective_confidence_sql
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +56,6 @@ SWEEP_TRANSITIONS: tuple[tuple[str, str, str], ...] = (
 for _machine, _from, _to in SWEEP_TRANSITIONS:  # fail at import, not at 3 a.m., if the tables change
     check_transition(_machine, _from, _to)
 
-# confidence * exp(-rate * days); the exponent is capped because PostgreSQL raises on exp() underflow.
-EFFECTIVE = (
-    "{t}.confidence * exp(-least({t}.decay_rate * greatest(0, extract(epoch FROM "
-    "(CAST(:now AS timestamptz) - {t}.last_confirmed_at))::float8 / 86400.0), 700))"
-)
 DECAYS = "({eff} < :expiry OR ({t}.validity = 'active' AND {eff} < :retrieval))"
 NEW_VALIDITY = "CASE WHEN {eff} < :expiry THEN 'expired' WHEN {t}.validity = 'active' AND {eff} < :retrieval " \
                "THEN 'fading' ELSE {t}.validity END"
@@ -118,7 +115,7 @@ events AS (
 
 
 def _render(template: str, **extra: str) -> str:
-    eff_f = EFFECTIVE.format(t="f")
+    eff_f = effective_confidence_sql("f")
     return template.format(
         new_validity=NEW_VALIDITY.format(eff=eff_f, t="f"), decays=DECAYS.format(eff=eff_f, t="f"),
         eff_f=eff_f, **extra,
@@ -172,7 +169,7 @@ def in_transaction(engine: Engine, step: Callable[[Connection], T]) -> T:
             with engine.begin() as conn:
                 return step(conn)
         except DBAPIError as exc:
-            if getattr(exc.orig, "pgcode", None) != "40P01" or attempt == DEADLOCK_RETRIES:
+            if sqlstate(exc) != "40P01" or attempt == DEADLOCK_RETRIES:
                 raise
             log.warning("sweep batch deadlocked; running it again", extra={"attempt": attempt})
     raise AssertionError("unreachable")

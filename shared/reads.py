@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
@@ -22,6 +23,7 @@ from shared import repository as repo
 from shared import retrieval
 from shared.candidates import Filter
 from shared.config import Settings
+from shared.db import sqlstate
 from shared.embedding import to_pgvector
 from shared.errors import InvalidInput, Unavailable
 from shared.models import memory_events
@@ -49,18 +51,22 @@ class Reader:
         self._embed = embed
         self._count = count_tokens
         self._bumper = bumper
+        # The query is embedded on this thread while the read's own thread opens its transaction (and, for
+        # memory_context, fetches the recent episodes).
+        self._embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding")
 
     @contextmanager
-    def _read(self) -> Iterator[Connection]:
+    def _read(self, *, retrieval: bool = False) -> Iterator[Connection]:
         """A read-only transaction with a statement timeout; DB trouble becomes Unavailable."""
         try:
             # One snapshot for the whole read: a row and the intent that precedes it are seen consistently.
             with self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
                 conn.execute(text(candidates.read_settings(pool=self.retrieval.candidate_pool,
-                                                           timeout_ms=self.retrieval.read_timeout_ms)))
+                                                           timeout_ms=self.retrieval.read_timeout_ms,
+                                                           generic_plans=retrieval)))
                 yield conn
         except (DBAPIError, PoolTimeout) as exc:
-            if getattr(getattr(exc, "orig", None), "pgcode", None) == QUERY_CANCELED:
+            if sqlstate(exc) == QUERY_CANCELED:
                 raise Unavailable("database too slow: statement timeout") from exc
             if isinstance(exc, (OperationalError, PoolTimeout)):
                 raise Unavailable(f"database unavailable: {type(exc).__name__}") from exc
@@ -74,17 +80,18 @@ class Reader:
         if self._bumper is not None:
             self._bumper.add((h.type, h.id) for h in hits)
 
-    def _vector(self, query: str) -> str:
-        return to_pgvector(self._embed(query))
+    def _vector(self, query: str) -> Future[str]:
+        return self._embedding.submit(lambda: to_pgvector(self._embed(query)))
 
     def search(self, *, tenant_id: str, visibility: Visibility, query: str, types: Sequence[str], mode: str,
                limit: int, min_confidence: float | None, now: datetime | None = None) -> list[Hit]:
         now = now or utcnow()
         floor = self.settings.memory.facts.retrieval_confidence_threshold if min_confidence is None else min_confidence
         vec = self._vector(query) if mode != "keyword" else None
-        with self._read() as conn:
+        with self._read(retrieval=True) as conn:
             hits = retrieval.search(conn, f=self._filter(tenant_id, visibility, floor, now), query=query,
-                                    query_vec=vec, types=types, mode=mode, limit=limit, settings=self.retrieval)
+                                    vector=None if vec is None else vec.result, types=types, mode=mode, limit=limit,
+                                    settings=self.retrieval)
         self._bump(hits)
         return hits
 
@@ -93,9 +100,9 @@ class Reader:
         now = now or utcnow()
         floor = self.settings.memory.facts.retrieval_confidence_threshold if min_confidence is None else min_confidence
         vec = self._vector(topic)
-        with self._read() as conn:
+        with self._read(retrieval=True) as conn:
             hits = retrieval.recall(conn, f=self._filter(tenant_id, visibility, floor, now), topic=topic,
-                                    query_vec=vec, limit=limit, settings=self.retrieval)
+                                    vector=vec.result, limit=limit, settings=self.retrieval)
         self._bump(hits)
         return hits
 
@@ -106,11 +113,11 @@ class Reader:
         budget = token_budget or self.retrieval.context_token_budget
         f = self._filter(tenant_id, visibility, self.settings.memory.facts.retrieval_confidence_threshold, now)
         vec = self._vector(trigger_prompt)
-        with self._read() as conn:
-            ranked = retrieval.recall(conn, f=f, topic=trigger_prompt, query_vec=vec,
-                                      limit=self.retrieval.candidate_pool, settings=self.retrieval)
+        with self._read(retrieval=True) as conn:
             recent = retrieval.recent_episodes(conn, f=f, limit=self.retrieval.context_recent_episodes,
                                                settings=self.retrieval)
+            ranked = retrieval.recall(conn, f=f, topic=trigger_prompt, vector=vec.result,
+                                      limit=self.retrieval.candidate_pool, settings=self.retrieval)
         block = context_builder.build(
             facts=[h for h in ranked if h.type == "fact"], rules=[h for h in ranked if h.type == "rule"],
             episodes=recent, budget=budget, quotas=self.retrieval.section_quotas, count=self._count, now=now,

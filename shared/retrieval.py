@@ -3,11 +3,13 @@
 ``search`` ranks by the mode's relevance (it is a search); ``recall`` and ``context_candidates`` rank by the
 composite score of seed 000 (relevance, importance, recency, effective confidence; rules weighted by maturity).
 Every ordering ends with the contract's tie-breakers: score DESC, created_at DESC, id ASC.
+
+Candidates are scored as plain rows; a :class:`Hit` is built only for the rows a read returns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
@@ -18,103 +20,112 @@ from shared.config import RetrievalSettings
 from shared.schemas import Hit
 from shared.scoring import composite_score, effective_confidence, normalise_rrf, recency, rrf, rule_weight
 
+Row = dict[str, Any]
+Vector = Callable[[], str]  # the query's embedding in pgvector text form, computed on demand
+
 
 def _candidates(
-    conn: Connection, *, kind: str, f: Filter, query: str, query_vec: str | None, mode: str, settings: RetrievalSettings
-) -> list[dict[str, Any]]:
-    """One type's candidates with ``relevance`` in [0, 1] for the mode."""
-    pool = settings.candidate_pool
-    sem = candidates.semantic(conn, kind=kind, f=f, query_vec=query_vec, pool=pool) if mode != "keyword" else []
-    key = candidates.keyword(conn, kind=kind, f=f, query=query, pool=pool) if mode != "semantic" else []
-    if mode == "semantic":
-        return sem
-    if mode == "keyword":
-        return key
-    rows = {r["id"]: r for r in key} | {r["id"]: r for r in sem}
+    conn: Connection, *, kinds: Sequence[str], f: Filter, query: str, vector: Vector | None, mode: str,
+    settings: RetrievalSettings,
+) -> list[tuple[str, Row]]:
+    """Every kind's candidates as (kind, row), each row with ``relevance`` in [0, 1] for the mode.
+
+    ``vector()`` is called only when the statement is sent, so a caller can embed the query while it opens the
+    transaction. (Sending the keyword half first, during the embedding, measured no faster on 2 cores: the two
+    compete for them, and the caller's rows are then read twice.)"""
+    found = candidates.gather(conn, kinds=kinds, f=f, query=query, pool=settings.candidate_pool,
+                              query_vec=vector() if mode != "keyword" and vector is not None else None,
+                              keyword=mode != "semantic")
+    return [(kind, row) for kind in kinds for row in _relevance(found[kind], mode=mode, settings=settings)]
+
+
+def _relevance(rows: list[Row], *, mode: str, settings: RetrievalSettings) -> list[Row]:
+    if mode in ("semantic", "keyword"):
+        listed = [r for r in rows if r[mode] is not None]
+        for r in listed:
+            r["relevance"] = r[mode]
+        return listed
     # Keyword evidence enters the fusion only where a row carries more than half of the query's term weight: a partial
     # match on a few common words is weak evidence, and RRF's flat top ranks would let it reorder strong
     # semantic matches (measured: paraphrase recall@1 0.87 semantic vs 0.60 hybrid without this floor).
-    strong = [r for r in key if r["relevance"] > settings.hybrid_keyword_min_strength]
-    sem_rank, key_rank = _tied_ranks(sem), _tied_ranks(strong)
+    floor = settings.hybrid_keyword_min_strength
+    sem_rank = _tied_ranks([(r["id"], r["semantic"]) for r in rows if r["semantic"] is not None])
+    key_rank = _tied_ranks([(r["id"], r["keyword"]) for r in rows if r["keyword"] is not None and r["keyword"] > floor])
     k = settings.rrf_k
-    return [
-        {**row, "relevance": normalise_rrf(rrf([sem_rank.get(i), key_rank.get(i)], k=k), 2, k)}
-        for i, row in rows.items()
-    ]
+    for r in rows:
+        r["relevance"] = normalise_rrf(rrf([sem_rank.get(r["id"]), key_rank.get(r["id"])], k=k), 2, k)
+    return rows
 
 
-def _tied_ranks(rows: Sequence[dict[str, Any]]) -> dict[Any, int]:
+def _tied_ranks(scored: Sequence[tuple[Any, float]]) -> dict[Any, int]:
     """1-based competition ranks: rows with equal relevance share a rank, so a list that cannot tell its
     rows apart (e.g. every row matches only a very common term) does not inject an arbitrary order."""
     ranks: dict[Any, int] = {}
     previous, rank = None, 0
-    for position, row in enumerate(sorted(rows, key=lambda r: -r["relevance"]), start=1):
-        if row["relevance"] != previous:
-            rank, previous = position, row["relevance"]
-        ranks[row["id"]] = rank
+    for position, (row_id, relevance) in enumerate(sorted(scored, key=lambda pair: -pair[1]), start=1):
+        if relevance != previous:
+            rank, previous = position, relevance
+        ranks[row_id] = rank
     return ranks
 
 
-def _to_hit(kind: str, row: dict[str, Any], *, f: Filter, settings: RetrievalSettings) -> Hit:
-    eff = None
-    if kind != "episode":
-        eff = effective_confidence(confidence=row["confidence"], decay_rate=row["decay_rate"],
-                                   last_confirmed_at=row["last_confirmed_at"], now=f.now)
+def _effective(kind: str, row: Row, f: Filter) -> float | None:
+    if kind == "episode":
+        return None
+    return effective_confidence(confidence=row["confidence"], decay_rate=row["decay_rate"],
+                                last_confirmed_at=row["last_confirmed_at"], now=f.now)
+
+
+def _score(kind: str, row: Row, *, f: Filter, settings: RetrievalSettings) -> float:
+    eff = _effective(kind, row, f)
     score = composite_score(
         relevance=row["relevance"], importance=row["importance"],
         recency=recency(last_referenced_at=row["last_referenced_at"], now=f.now,
                         decay_per_day=settings.recency_decay_per_day),
         effective_confidence=1.0 if eff is None else eff, weights=settings.score_weights,
     )
-    if kind == "rule":
-        score *= rule_weight(row["maturity"])
-    fields = {k: row[k] for k in ("id", "content", "created_at", "importance", "scope", "butler", "subject",
-                                  "predicate", "permanence", "validity", "maturity", "effectiveness_score",
-                                  "last_confirmed_at", "last_referenced_at")}
-    # model_construct: these come from our own typed columns; validating ~100 hits per read costs ~5 ms.
-    return Hit.model_construct(type=kind, score=round(score, 6), relevance=round(row["relevance"], 6),
-                               effective_confidence=None if eff is None else round(eff, 6), **fields)
+    return round(score * rule_weight(row["maturity"]) if kind == "rule" else score, 6)
 
 
-def order(hits: Sequence[Hit], *, by: str = "score") -> list[Hit]:
-    """score (or relevance) DESC, then created_at DESC, then id ASC."""
-    ranked = sorted(hits, key=lambda h: str(h.id))
-    ranked.sort(key=lambda h: h.created_at, reverse=True)
-    ranked.sort(key=lambda h: getattr(h, by), reverse=True)
-    return ranked
+HIT_FIELDS = ("id", "content", "created_at", "importance", "scope", "butler", "subject", "predicate", "permanence",
+              "validity", "maturity", "effectiveness_score", "last_confirmed_at", "last_referenced_at")
+
+
+def _hit(kind: str, row: Row, *, score: float, f: Filter) -> Hit:
+    eff = _effective(kind, row, f)
+    # model_construct: these come from our own typed columns; validating every hit of a read costs ~5 ms.
+    return Hit.model_construct(type=kind, score=score, relevance=round(row["relevance"], 6),
+                               effective_confidence=None if eff is None else round(eff, 6),
+                               **{name: row[name] for name in HIT_FIELDS})
+
+
+def _ranked(scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter) -> list[Hit]:
+    """score DESC, then created_at DESC, then id ASC; Hits for the first ``limit`` only."""
+    ranked = sorted(scored, key=lambda t: str(t[2]["id"]))
+    ranked.sort(key=lambda t: t[2]["created_at"], reverse=True)
+    ranked.sort(key=lambda t: t[0], reverse=True)
+    return [_hit(kind, row, score=score, f=f) for score, kind, row in ranked[:limit]]
 
 
 def search(
-    conn: Connection, *, f: Filter, query: str, query_vec: str | None, types: Sequence[str], mode: str, limit: int,
+    conn: Connection, *, f: Filter, query: str, vector: Vector | None, types: Sequence[str], mode: str, limit: int,
     settings: RetrievalSettings,
 ) -> list[Hit]:
     """memory_search: the best ``limit`` hits across ``types`` by the mode's relevance."""
-    hits = [
-        _to_hit(kind, row, f=f, settings=settings)
-        for kind in types
-        for row in _candidates(conn, kind=kind, f=f, query=query, query_vec=query_vec, mode=mode, settings=settings)
-    ]
-    return [_with_score(h, h.relevance) for h in order(hits, by="relevance")[:limit]]
+    found = _candidates(conn, kinds=types, f=f, query=query, vector=vector, mode=mode, settings=settings)
+    return _ranked([(round(row["relevance"], 6), kind, row) for kind, row in found], limit, f)
 
 
 def recall(
-    conn: Connection, *, f: Filter, topic: str, query_vec: str, limit: int, settings: RetrievalSettings,
+    conn: Connection, *, f: Filter, topic: str, vector: Vector, limit: int, settings: RetrievalSettings,
     types: Sequence[str] = ("fact", "rule"),
 ) -> list[Hit]:
     """memory_recall: facts and rules for a topic by composite score (hybrid candidates)."""
-    hits = [
-        _to_hit(kind, row, f=f, settings=settings)
-        for kind in types
-        for row in _candidates(conn, kind=kind, f=f, query=topic, query_vec=query_vec, mode="hybrid", settings=settings)
-    ]
-    return order(hits)[:limit]
+    found = _candidates(conn, kinds=types, f=f, query=topic, vector=vector, mode="hybrid", settings=settings)
+    return _ranked([(_score(kind, row, f=f, settings=settings), kind, row) for kind, row in found], limit, f)
 
 
 def recent_episodes(conn: Connection, *, f: Filter, limit: int, settings: RetrievalSettings) -> list[Hit]:
     """Newest visible episodes, newest first (relevance 0: they are context, not matches)."""
     rows = candidates.recent_episodes(conn, f=f, limit=limit)
-    return [_to_hit("episode", r, f=f, settings=settings) for r in rows]
-
-
-def _with_score(hit: Hit, score: float) -> Hit:
-    return hit.model_copy(update={"score": score})
+    return [_hit("episode", r, score=_score("episode", r, f=f, settings=settings), f=f) for r in rows]

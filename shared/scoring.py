@@ -66,6 +66,16 @@ def effective_confidence(
     return confidence * math.exp(-decay_rate * days)
 
 
+def effective_confidence_sql(alias: str, now: str = "CAST(:now AS timestamptz)") -> str:
+    """The SQL twin of :func:`effective_confidence` for rows ``alias`` (filters, sweeps and stats in one query).
+
+    float8 throughout (date_part, not extract, which is numeric and ~3x slower per row); the exponent is capped
+    because PostgreSQL raises on exp() underflow, and exp(-700) is 0 for every purpose here.
+    """
+    return (f"{alias}.confidence * exp(-least({alias}.decay_rate * greatest(0, date_part('epoch', {now} - "
+            f"{alias}.last_confirmed_at) / 86400.0), 700))")
+
+
 def classify_confidence(
     effective: float, *, retrieval_threshold: float, expiry_threshold: float
 ) -> ConfidenceBand:

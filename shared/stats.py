@@ -14,13 +14,12 @@ from sqlalchemy import Connection, text
 
 from shared.config import Settings
 from shared.lifecycle import EPISODE_STATES, FACT_STATES, RULE_MATURITIES
-from shared.scoring import PERMANENCE_LEVELS
+from shared.scoring import PERMANENCE_LEVELS, effective_confidence_sql
 
 RULE_VALIDITIES = ("active", "fading", "expired", "retracted")
 # Labels of the dashboard's confidence bands over active facts (upper bounds inclusive, as the seed's colours).
 BANDS = ("above_0.8", "0.5_to_0.8", "0.2_to_0.5", "below_0.2")
-EFF = ("confidence * exp(-least(decay_rate * greatest(0, extract(epoch FROM (CAST(:now AS timestamptz) "
-       "- last_confirmed_at))::float8 / 86400.0), 700))")
+EFF = effective_confidence_sql("facts")
 SCOPED = "tenant_id = :t AND (CAST(:scope AS text) IS NULL OR scope IN ('global', CAST(:scope AS text)))"
 BUTLER = "tenant_id = :t AND (CAST(:scope AS text) IS NULL OR butler = CAST(:scope AS text))"
 

@@ -80,9 +80,7 @@ def raw_queries(engine, tenants: list[str], qs: list[str], n: int = 200) -> list
         t0 = time.perf_counter()
         with engine.connect() as conn, conn.begin():
             conn.execute(text(candidates.read_settings(pool=50, timeout_ms=2000)))
-            for kind in ("fact", "rule"):
-                candidates.semantic(conn, kind=kind, f=f, query_vec=vectors[q], pool=50)
-                candidates.keyword(conn, kind=kind, f=f, query=q, pool=50)
+            candidates.gather(conn, kinds=("fact", "rule"), f=f, query=q, query_vec=vectors[q], pool=50)
         out.append(time.perf_counter() - t0)
     return out
 

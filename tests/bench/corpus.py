@@ -141,7 +141,8 @@ def _flush(cur, table: str, buf: io.StringIO) -> int:  # noqa: ANN001
     data = buf.getvalue()
     if not data:
         return 0
-    cur.copy_expert(f"COPY {table} ({COPY_COLUMNS[table]}) FROM STDIN", io.StringIO(data))
+    with cur.copy(f"COPY {table} ({COPY_COLUMNS[table]}) FROM STDIN") as copy:
+        copy.write(data)
     return data.count("\n")
 
 

@@ -277,10 +277,10 @@ def test_an_empty_page_ends_the_sweep(conn, kind):
 
 def test_a_deadlocked_batch_is_run_again_and_other_errors_are_not(engine):
     class Deadlock(Exception):
-        pgcode = "40P01"
+        sqlstate = "40P01"
 
     class Other(Exception):
-        pgcode = "23505"
+        sqlstate = "23505"
 
     calls: list[int] = []
 
