@@ -90,8 +90,9 @@ class RetrievalSettings(_Section):
     score_weights: ScoreWeights = ScoreWeights()
     section_quotas: SectionQuotas = SectionQuotas()
     rrf_k: int = Field(60, ge=1)
-    # In hybrid mode a keyword match joins the fusion only if it covers more than this share of the query's idf weight.
-    hybrid_keyword_min_strength: float = Field(0.5, ge=0, le=1)
+    # In hybrid mode a keyword match joins the fusion only if it covers more than this share of the query's idf weight:
+    # a clear majority, so a row holding one of two similarly rare terms (share ~0.5) stays out.
+    hybrid_keyword_min_strength: float = Field(0.6, ge=0, le=1)
     # Recency is exp(-rate * days since last reference); 0.05/day halves in ~14 days.
     recency_decay_per_day: float = Field(0.05, ge=0)
     candidate_pool: int = Field(50, ge=1, le=1000)
