@@ -22,14 +22,14 @@ TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
 
 # Columns every hit needs for scoring; type-specific ones are NULL for the others.
 COLUMNS = {
-    "episode": ("x.id, x.content, x.created_at, x.importance, x.last_referenced_at, NULL::text AS scope, x.butler, "
+    "episode": ("x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, NULL::text AS scope, x.butler, "
                 "NULL::text AS subject, NULL::text AS predicate, NULL::text AS permanence, NULL::text AS validity, "
                 "NULL::text AS maturity, NULL::float8 AS confidence, NULL::float8 AS decay_rate, "
                 "NULL::timestamptz AS last_confirmed_at, NULL::float8 AS effectiveness_score"),
-    "fact": ("x.id, x.content, x.created_at, x.importance, x.last_referenced_at, x.scope, NULL::text AS butler, "
+    "fact": ("x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, x.scope, NULL::text AS butler, "
              "x.subject, x.predicate, x.permanence, x.validity, NULL::text AS maturity, x.confidence, x.decay_rate, "
              "x.last_confirmed_at, NULL::float8 AS effectiveness_score"),
-    "rule": ("x.id, x.content, x.created_at, x.importance, x.last_referenced_at, x.scope, NULL::text AS butler, "
+    "rule": ("x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, x.scope, NULL::text AS butler, "
              "NULL::text AS subject, NULL::text AS predicate, x.permanence, x.validity, x.maturity, x.confidence, "
              "x.decay_rate, x.last_confirmed_at, x.effectiveness_score"),
 }

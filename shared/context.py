@@ -35,14 +35,34 @@ def age(then: datetime, now: datetime) -> str:
     return f"{seconds}s"
 
 
+def clean(content: str) -> str:
+    """A memory's text as its line shows it: whitespace runs collapsed to one space."""
+    return " ".join(content.split())
+
+
+def content_tokens(content: str, count: CountTokens) -> int:
+    """The token count the writers store with each memory (``content_tokens``), so a context build only counts
+    the short annotations around it. Exact because the tokenizer is additive over whitespace-joined pieces."""
+    return count([clean(content)])[0]
+
+
+def _parts(hit: Hit, now: datetime) -> tuple[str, str, str]:
+    """(before, content, after): one bullet is the three joined by spaces."""
+    content = clean(hit.content)
+    if hit.type == "fact":
+        return "-", content, f"[{hit.permanence}, confirmed {age(hit.last_confirmed_at or hit.created_at, now)} ago]"
+    if hit.type == "rule":
+        return "-", content, f"[{hit.maturity}, {hit.scope}]"
+    return f"- [{age(hit.created_at, now)} ago]", content, ""
+
+
+def _join(before: str, content: str, after: str) -> str:
+    return f"{before} {content} {after}" if after else f"{before} {content}"
+
+
 def line_for(hit: Hit, now: datetime) -> str:
     """One bullet with its lightweight annotation."""
-    content = " ".join(hit.content.split())
-    if hit.type == "fact":
-        return f"- {content} [{hit.permanence}, confirmed {age(hit.last_confirmed_at or hit.created_at, now)} ago]"
-    if hit.type == "rule":
-        return f"- {content} [{hit.maturity}, {hit.scope}]"
-    return f"- [{age(hit.created_at, now)} ago] {content}"
+    return _join(*_parts(hit, now))
 
 
 def _clip(line: str, count: CountTokens, limit: int) -> str:
@@ -114,14 +134,20 @@ def _fill(
     """Lines in rank order while they fit: (budget spent with the line-break margins, tokens, chosen lines)."""
     if not hits:
         return 0, 0, []
-    candidates = [line_for(hit, now) for hit in hits]
-    costs = count([title, *candidates])
-    tokens = costs[0]
+    parts = [_parts(hit, now) for hit in hits]
+    # One count call for the title, every annotation, and the contents without a stored count.
+    texts = [title] + [p for (before, content, after), hit in zip(parts, hits)
+                       for p in ((before, after) if hit.content_tokens is not None else (before, content, after))]
+    counted = dict(zip(texts, count(texts)))
+    tokens = counted[title]
     spent = tokens + 2  # a blank line and the title line
     if spent >= allowance:
         return 0, 0, []
     chosen: list[tuple[Hit, str]] = []
-    for hit, line, cost in zip(hits, candidates, costs[1:]):
+    for hit, (before, content, after) in zip(hits, parts):
+        line = _join(before, content, after)
+        cost = counted[before] + counted[after] + (
+            hit.content_tokens if hit.content_tokens is not None else counted[content])
         if cost > MAX_LINE_TOKENS:
             line = _clip(line, count, MAX_LINE_TOKENS)
             cost = count([line])[0]

@@ -98,6 +98,7 @@ changed AS (
     UPDATE rules f SET validity = {new_validity},
         maturity = CASE WHEN {inverts} THEN 'anti_pattern' ELSE f.maturity END,
         content = CASE WHEN {inverts} THEN {anti} ELSE f.content END,
+        content_tokens = CASE WHEN {inverts} THEN NULL ELSE f.content_tokens END,  -- counted when read
         metadata = CASE WHEN {inverts} THEN f.metadata || jsonb_build_object('original_content', f.content)
                    ELSE f.metadata END
     FROM page p WHERE f.id = p.id AND f.validity IN ('active', 'fading') AND ({decays} OR {inverts})

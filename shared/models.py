@@ -91,6 +91,7 @@ episodes = Table(
     Column("seq", BigInteger, nullable=False),
     Column("session_id", UUID(as_uuid=True)),
     Column("content", Text, nullable=False),
+    Column("content_tokens", Integer),  # see shared.context.content_tokens
     Column("embedding", Vector(EMBEDDING_DIM), nullable=False),
     Column("embedding_version_id", SmallInteger),
     Column("search_vector", TSVECTOR, Computed("to_tsvector('english', content)", persisted=True)),
@@ -116,6 +117,7 @@ facts = Table(
     Column("subject", Text, nullable=False),
     Column("predicate", Text, nullable=False),
     Column("content", Text, nullable=False),
+    Column("content_tokens", Integer),  # see shared.context.content_tokens
     Column("embedding", Vector(EMBEDDING_DIM), nullable=False),
     Column("embedding_version_id", SmallInteger),
     Column("search_vector", TSVECTOR, Computed(
@@ -146,6 +148,7 @@ rules = Table(
     Column("id", UUID(as_uuid=True), primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("content", Text, nullable=False),
+    Column("content_tokens", Integer),  # see shared.context.content_tokens
     Column("embedding", Vector(EMBEDDING_DIM), nullable=False),
     Column("embedding_version_id", SmallInteger),
     Column("search_vector", TSVECTOR, Computed("to_tsvector('english', content)", persisted=True)),

@@ -56,14 +56,14 @@ class Reader:
         self._embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding")
 
     @contextmanager
-    def _read(self, *, retrieval: bool = False) -> Iterator[Connection]:
+    def _read(self, *, generic_plans: bool = False) -> Iterator[Connection]:
         """A read-only transaction with a statement timeout; DB trouble becomes Unavailable."""
         try:
             # One snapshot for the whole read: a row and the intent that precedes it are seen consistently.
             with self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
                 conn.execute(text(candidates.read_settings(pool=self.retrieval.candidate_pool,
                                                            timeout_ms=self.retrieval.read_timeout_ms,
-                                                           generic_plans=retrieval)))
+                                                           generic_plans=generic_plans)))
                 yield conn
         except (DBAPIError, PoolTimeout) as exc:
             if sqlstate(exc) == QUERY_CANCELED:
@@ -88,7 +88,7 @@ class Reader:
         now = now or utcnow()
         floor = self.settings.memory.facts.retrieval_confidence_threshold if min_confidence is None else min_confidence
         vec = self._vector(query) if mode != "keyword" else None
-        with self._read(retrieval=True) as conn:
+        with self._read(generic_plans=True) as conn:
             hits = retrieval.search(conn, f=self._filter(tenant_id, visibility, floor, now), query=query,
                                     vector=None if vec is None else vec.result, types=types, mode=mode, limit=limit,
                                     settings=self.retrieval)
@@ -100,7 +100,7 @@ class Reader:
         now = now or utcnow()
         floor = self.settings.memory.facts.retrieval_confidence_threshold if min_confidence is None else min_confidence
         vec = self._vector(topic)
-        with self._read(retrieval=True) as conn:
+        with self._read(generic_plans=True) as conn:
             hits = retrieval.recall(conn, f=self._filter(tenant_id, visibility, floor, now), topic=topic,
                                     vector=vec.result, limit=limit, settings=self.retrieval)
         self._bump(hits)
@@ -113,7 +113,7 @@ class Reader:
         budget = token_budget or self.retrieval.context_token_budget
         f = self._filter(tenant_id, visibility, self.settings.memory.facts.retrieval_confidence_threshold, now)
         vec = self._vector(trigger_prompt)
-        with self._read(retrieval=True) as conn:
+        with self._read(generic_plans=True) as conn:
             recent = retrieval.recent_episodes(conn, f=f, limit=self.retrieval.context_recent_episodes,
                                                settings=self.retrieval)
             ranked = retrieval.recall(conn, f=f, topic=trigger_prompt, vector=vec.result,

@@ -58,9 +58,13 @@ def links_of(conn: Connection, *, tenant_id: str, entity_type: str, entity_id: u
     ).mappings())
 
 
+# Kept for search and the context builder, not part of a memory as callers see it.
+INTERNAL_COLUMNS = ("embedding", "search_vector", "content_tokens")
+
+
 def get_row(conn: Connection, *, kind: str, tenant_id: str, entity_id: uuid.UUID, lock: bool = False) -> RowMapping | None:
     table = MEMORY_TABLES[kind]
-    query = select(*[c for c in table.c if c.name not in ("embedding", "search_vector")]).where(
+    query = select(*[c for c in table.c if c.name not in INTERNAL_COLUMNS]).where(
         table.c.tenant_id == tenant_id, table.c.id == entity_id
     )
     if lock:

@@ -88,8 +88,8 @@ def _score(kind: str, row: Row, *, f: Filter, settings: RetrievalSettings) -> fl
     return round(score * rule_weight(row["maturity"]) if kind == "rule" else score, 6)
 
 
-HIT_FIELDS = ("id", "content", "created_at", "importance", "scope", "butler", "subject", "predicate", "permanence",
-              "validity", "maturity", "effectiveness_score", "last_confirmed_at", "last_referenced_at")
+HIT_FIELDS = ("id", "content", "content_tokens", "created_at", "importance", "scope", "butler", "subject", "predicate",
+              "permanence", "validity", "maturity", "effectiveness_score", "last_confirmed_at", "last_referenced_at")
 
 
 def _hit(kind: str, row: Row, *, score: float, f: Filter) -> Hit:

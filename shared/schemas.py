@@ -113,3 +113,5 @@ class Hit(BaseModel):
     effectiveness_score: float | None = None
     last_confirmed_at: datetime | None = None
     last_referenced_at: datetime | None = None
+    # The stored token count of the content, for the context builder; not part of any answer.
+    content_tokens: int | None = Field(None, exclude=True)

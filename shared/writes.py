@@ -14,6 +14,8 @@ from sqlalchemy import Connection, RowMapping
 
 from shared import repository as repo
 from shared.config import RuleSettings
+from shared.context import content_tokens
+from shared.embedding import get_token_counter
 from shared.errors import IntegrityViolation, InvalidInput, NotFound, Pending, PermissionDenied
 from shared.lifecycle import anti_pattern_content, check_transition, next_maturity
 from shared.schemas import EpisodeWrite, FactWrite, RuleWrite
@@ -66,7 +68,8 @@ def insert_episodes(
         w = episode.write
         rows.append({
             "id": episode.id, "tenant_id": tenant_id, "butler": w.butler, "seq": episode.seq,
-            "session_id": w.session_id, "content": w.content, "embedding": vector,
+            "session_id": w.session_id, "content": w.content, "content_tokens": _tokens(w.content),
+            "embedding": vector,
             "embedding_version_id": embedding_version_id, "importance": w.importance,
             "created_at": episode.accepted_at, "last_referenced_at": episode.accepted_at,
             "expires_at": episode.accepted_at + timedelta(days=ttl_days), "request_id": episode.request_id,
@@ -130,8 +133,8 @@ def _fact_row(
 ) -> dict[str, Any]:
     return {
         "id": fact_id, "tenant_id": tenant_id, "subject": write.subject, "predicate": write.predicate,
-        "content": write.content, "embedding": vector, "embedding_version_id": embedding_version_id,
-        "importance": write.importance, "confidence": write.confidence,
+        "content": write.content, "content_tokens": _tokens(write.content), "embedding": vector,
+        "embedding_version_id": embedding_version_id, "importance": write.importance, "confidence": write.confidence,
         "decay_rate": decay_rate_for(write.permanence), "permanence": write.permanence,
         "source_butler": source_butler, "source_episode_id": write.source_episode_id, "supersedes_id": supersedes,
         "superseded_by_id": superseded_by, "superseded_at": now if superseded_by else None,
@@ -165,7 +168,8 @@ def store_rule(
     if repo.exists(conn, kind="rule", entity_id=rule_id):
         return {"id": str(rule_id), "replayed": True}
     repo.insert_rows(conn, kind="rule", rows=[{
-        "id": rule_id, "tenant_id": tenant_id, "content": write.content, "embedding": vector,
+        "id": rule_id, "tenant_id": tenant_id, "content": write.content, "content_tokens": _tokens(write.content),
+        "embedding": vector,
         "embedding_version_id": embedding_version_id, "scope": write.scope, "maturity": "candidate",
         "validity": "active", "importance": write.importance, "confidence": rules.baseline_confidence,
         "decay_rate": decay_rate_for(write.permanence), "permanence": write.permanence,
@@ -243,6 +247,7 @@ def mark_rule(
                              {"from": row["maturity"], "to": maturity}))
     if maturity == "anti_pattern" and row["maturity"] != "anti_pattern":
         values["content"] = anti_pattern_content(row["content"], repo.harmful_reasons(conn, rule_id=rule_id))
+        values["content_tokens"] = _tokens(values["content"])
         values["metadata"] = {**row["metadata"], "original_content": row["content"]}
         events.append(_event(tenant_id, "rule.inverted", "rule", rule_id, actor, {"content": values["content"]}))
     repo.update_row(conn, kind="rule", entity_id=rule_id, values=values)
@@ -285,6 +290,10 @@ def restore(
     repo.record_event(conn, tenant_id=tenant_id, event_type=f"{kind}.restored", entity_type=kind,
                       entity_id=entity_id, actor=actor.name, request_id=actor.request_id)
     return {"id": str(entity_id), "restored": True}
+
+
+def _tokens(content: str) -> int:
+    return content_tokens(content, get_token_counter().count_many)
 
 
 def _refuse_second_active(conn: Connection, *, tenant_id: str, row: RowMapping) -> None:

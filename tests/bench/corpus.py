@@ -17,7 +17,8 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 from sqlalchemy import Engine, text
 
-from shared.embedding import get_embedder
+from shared.context import content_tokens
+from shared.embedding import get_embedder, get_token_counter
 
 SUBJECTS = ["user", "partner", "mother", "boss", "dentist", "neighbour", "sister", "friend"]
 TOPICS = ["coffee", "running", "jazz", "travel", "budget", "garden", "sleep", "cooking", "reading", "cycling",
@@ -88,14 +89,19 @@ def load_corpus(engine: Engine, *, facts: int, rules: int, tenants: int, distinc
     return tenant_ids
 
 
+def _tokens(content: str) -> str:
+    return str(content_tokens(content, get_token_counter().count_many))
+
+
 def _fact_rows(n, tenant_ids, texts, base, rng, nrng, now):  # noqa: ANN001, ANN202
     picks = nrng.integers(0, len(texts), size=n)
     vecs = _vectors(base, picks, nrng)
     for i in range(n):
         perm = rng.choice(PERMANENCE)
         when = now - timedelta(days=rng.uniform(0, 60))
+        content = texts[picks[i]]
         yield [str(uuid.uuid4()), tenant_ids[i % len(tenant_ids)], rng.choice(SUBJECTS), f"{rng.choice(TOPICS)}_{i}",
-               texts[picks[i]], _vec_text(vecs[i]), str(rng.randint(1, 10)), "1.0", str(DECAY[perm]), perm,
+               content, _tokens(content), _vec_text(vecs[i]), str(rng.randint(1, 10)), "1.0", str(DECAY[perm]), perm,
                rng.choice(["global", "health", "general"]), when.isoformat(), when.isoformat(), when.isoformat()]
 
 
@@ -104,16 +110,17 @@ def _rule_rows(n, tenant_ids, texts, base, rng, nrng, now):  # noqa: ANN001, ANN
     vecs = _vectors(base, picks, nrng)
     for i in range(n):
         when = now - timedelta(days=rng.uniform(0, 60))
-        yield [str(uuid.uuid4()), tenant_ids[i % len(tenant_ids)], f"{rng.choice(RULE_OPENERS)} {texts[picks[i]]}",
-               _vec_text(vecs[i]), rng.choice(["candidate", "established", "proven"]), "0.5", "0.008", "standard",
-               "0.7", rng.choice(["global", "health", "general"]), when.isoformat(), when.isoformat(), when.isoformat()]
+        content = f"{rng.choice(RULE_OPENERS)} {texts[picks[i]]}"
+        yield [str(uuid.uuid4()), tenant_ids[i % len(tenant_ids)], content, _tokens(content), _vec_text(vecs[i]),
+               rng.choice(["candidate", "established", "proven"]), "0.5", "0.008", "standard", "0.7",
+               rng.choice(["global", "health", "general"]), when.isoformat(), when.isoformat(), when.isoformat()]
 
 
 COPY_COLUMNS = {
-    "facts": "id, tenant_id, subject, predicate, content, embedding, importance, confidence, decay_rate, permanence, "
-             "scope, created_at, last_confirmed_at, last_referenced_at",
-    "rules": "id, tenant_id, content, embedding, maturity, confidence, decay_rate, permanence, effectiveness_score, "
-             "scope, created_at, last_confirmed_at, last_referenced_at",
+    "facts": "id, tenant_id, subject, predicate, content, content_tokens, embedding, importance, confidence, "
+             "decay_rate, permanence, scope, created_at, last_confirmed_at, last_referenced_at",
+    "rules": "id, tenant_id, content, content_tokens, embedding, maturity, confidence, decay_rate, permanence, "
+             "effectiveness_score, scope, created_at, last_confirmed_at, last_referenced_at",
 }
 
 

@@ -1,12 +1,19 @@
-"""The context builder reports a block's tokens as the sum of its lines' counts (shared.context.build): that holds
-only if the model's tokenizer is additive over whitespace-joined pieces. Checked here on arbitrary text."""
+"""The context builder adds up token counts instead of tokenizing the block (shared.context.build): a line is its
+annotation's count plus the content's count stored at write time. That holds only if the model's tokenizer is
+additive over whitespace-joined pieces: checked here on arbitrary text, and on a block built both ways."""
 
 from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shared.config import SectionQuotas
+from shared.context import build, content_tokens
 from shared.embedding import get_token_counter
+from shared.schemas import Hit
 
 PIECES = st.lists(st.text(max_size=60), min_size=1, max_size=6)
 
@@ -22,3 +29,18 @@ def test_count_many_matches_count_one_by_one():
     counter = get_token_counter()
     texts = ["## Your Memory", "- Lives in Porto [stable, confirmed 2d ago]", "", "naïve café 東京 🙂"]
     assert counter.count_many(texts) == [counter.count(t) for t in texts]
+
+
+def test_a_block_built_from_stored_counts_equals_one_built_by_counting():
+    counter = get_token_counter()
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    contents = ["Lives in  Porto\nnear the river", "Drinks two espressos before noon", "naïve café 東京 🙂 x" * 20]
+    facts = [Hit.model_construct(type="fact", id=uuid.UUID(int=i), content=c, score=1.0 - i / 10, relevance=1.0,
+                                 created_at=now - timedelta(days=i), last_confirmed_at=now - timedelta(days=i),
+                                 permanence="stable", importance=5.0, content_tokens=None)
+             for i, c in enumerate(contents)]
+    stored = [h.model_copy(update={"content_tokens": content_tokens(h.content, counter.count_many)}) for h in facts]
+    blocks = [build(facts=hits, rules=[], episodes=[], budget=500, quotas=SectionQuotas(), count=counter.count_many,
+                    now=now) for hits in (facts, stored)]
+    assert blocks[0] == blocks[1]
+    assert counter.count(blocks[0].text) == blocks[0].tokens
