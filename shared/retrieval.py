@@ -78,7 +78,7 @@ def _effective(kind: str, row: Row, f: Filter) -> float | None:
 
 
 def _score(kind: str, row: Row, *, f: Filter, settings: RetrievalSettings) -> float:
-    eff = _effective(kind, row, f)
+    eff = row["effective_confidence"] = _effective(kind, row, f)  # kept for the Hit
     score = composite_score(
         relevance=row["relevance"], importance=row["importance"],
         recency=recency(last_referenced_at=row["last_referenced_at"], now=f.now,
@@ -93,7 +93,7 @@ HIT_FIELDS = ("id", "content", "content_tokens", "created_at", "importance", "sc
 
 
 def _hit(kind: str, row: Row, *, score: float, f: Filter) -> Hit:
-    eff = _effective(kind, row, f)
+    eff = row["effective_confidence"] if "effective_confidence" in row else _effective(kind, row, f)
     # model_construct: these come from our own typed columns; validating every hit of a read costs ~5 ms.
     return Hit.model_construct(type=kind, score=score, relevance=round(row["relevance"], 6),
                                effective_confidence=None if eff is None else round(eff, 6),
@@ -101,8 +101,10 @@ def _hit(kind: str, row: Row, *, score: float, f: Filter) -> Hit:
 
 
 def _ranked(scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter) -> list[Hit]:
-    """score DESC, then created_at DESC, then id ASC; Hits for the first ``limit`` only."""
-    ranked = sorted(scored, key=lambda t: str(t[2]["id"]))
+    """score DESC, then created_at DESC, then id ASC; Hits for the first ``limit`` only.
+
+    A UUID's 128-bit value orders as its text does, and as PostgreSQL's uuid type."""
+    ranked = sorted(scored, key=lambda t: t[2]["id"].int)
     ranked.sort(key=lambda t: t[2]["created_at"], reverse=True)
     ranked.sort(key=lambda t: t[0], reverse=True)
     return [_hit(kind, row, score=score, f=f) for score, kind, row in ranked[:limit]]
