@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection, TextClause, text
@@ -21,17 +21,18 @@ from shared.scoring import effective_confidence_sql
 TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
 
 # Columns every hit needs for scoring; type-specific ones are NULL for the others.
+_SHARED = "x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, "
 COLUMNS = {
-    "episode": ("x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, NULL::text AS scope, x.butler, "
-                "NULL::text AS subject, NULL::text AS predicate, NULL::text AS permanence, NULL::text AS validity, "
-                "NULL::text AS maturity, NULL::float8 AS confidence, NULL::float8 AS decay_rate, "
-                "NULL::timestamptz AS last_confirmed_at, NULL::float8 AS effectiveness_score"),
-    "fact": ("x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, x.scope, NULL::text AS butler, "
-             "x.subject, x.predicate, x.permanence, x.validity, NULL::text AS maturity, x.confidence, x.decay_rate, "
-             "x.last_confirmed_at, NULL::float8 AS effectiveness_score"),
-    "rule": ("x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, x.scope, NULL::text AS butler, "
-             "NULL::text AS subject, NULL::text AS predicate, x.permanence, x.validity, x.maturity, x.confidence, "
-             "x.decay_rate, x.last_confirmed_at, x.effectiveness_score"),
+    "episode": _SHARED + ("NULL::text AS scope, x.butler, NULL::text AS subject, NULL::text AS predicate, "
+                          "NULL::text AS permanence, NULL::text AS validity, NULL::text AS maturity, "
+                          "NULL::float8 AS confidence, NULL::float8 AS decay_rate, "
+                          "NULL::timestamptz AS last_confirmed_at, NULL::float8 AS effectiveness_score"),
+    "fact": _SHARED + ("x.scope, NULL::text AS butler, x.subject, x.predicate, x.permanence, x.validity, "
+                       "NULL::text AS maturity, x.confidence, x.decay_rate, x.last_confirmed_at, "
+                       "NULL::float8 AS effectiveness_score"),
+    "rule": _SHARED + ("x.scope, NULL::text AS butler, NULL::text AS subject, NULL::text AS predicate, x.permanence, "
+                       "x.validity, x.maturity, x.confidence, x.decay_rate, x.last_confirmed_at, "
+                       "x.effectiveness_score"),
 }
 
 # An OR over the query's own lexemes: websearch_to_tsquery would require every term.

@@ -17,7 +17,7 @@ EMBEDDED_DB = "memory_butler"
 
 def normalise_url(url: str) -> str:
     """Map ``postgres://``, ``postgresql://`` and ``postgresql+psycopg2://`` to psycopg 3, the driver this project
-    ships (server-side parameters and prepared statements: see :func:`make_engine`)."""
+    ships (server-side parameters, and statements prepared automatically once they repeat)."""
     for prefix in ("postgres://", "postgresql://", "postgresql+psycopg2://"):
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix):]

@@ -211,8 +211,8 @@ def get_embedder() -> Embedder:
 class TokenCounter:
     """Counts tokens with the embedding model's own WordPiece tokenizer: deterministic, no heuristics.
 
-    Counts of recent texts are remembered: a butler's context blocks repeat most of their lines from one call to
-    the next, and tokenizing them is most of the cost of building a block."""
+    Counts of recent texts are remembered: the context builder asks for the same titles and annotations over and
+    over, and for the contents of memories written before their count was stored."""
 
     CACHE_SIZE = 100_000
 
