@@ -153,7 +153,7 @@ def main() -> int:
             front.wait(timeout=30)
     print(f"\n{args.facts} facts + {args.rules} rules, {args.tenants} tenants; {args.clients} concurrent MCP clients")
     print(f"{'what':<44}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'rate/s':>9}")
-    print(f"{'raw candidate SQL (4 queries, in-process)':<44}{pct(raw, 50):>9.1f}{pct(raw, 95):>9.1f}{pct(raw, 99):>9.1f}")
+    print(f"{'raw candidate SQL (gather, in-process)':<44}{pct(raw, 50):>9.1f}{pct(raw, 95):>9.1f}{pct(raw, 99):>9.1f}")
     for tool, values in results.items():
         print(f"{tool + ' via MCP':<44}{pct(values, 50):>9.1f}{pct(values, 95):>9.1f}{pct(values, 99):>9.1f}"
               f"{len(values) / args.seconds:>9.0f}")
