@@ -1,6 +1,6 @@
 """The read path: candidate search (semantic / keyword / hybrid) → score → deterministic order → limit.
 
-``search`` ranks by the mode's relevance (it is a search); ``recall`` and ``context_candidates`` rank by the
+``search`` ranks by the mode's relevance (it is a search); ``recall`` (which memory_context uses too) ranks by the
 composite score of seed 000 (relevance, importance, recency, effective confidence; rules weighted by maturity).
 Every ordering ends with the contract's tie-breakers: score DESC, created_at DESC, id ASC.
 
