@@ -45,10 +45,11 @@ def _relevance(rows: list[Row], *, mode: str, settings: RetrievalSettings) -> li
         for r in listed:
             r["relevance"] = r[mode]
         return listed
-    # Keyword evidence enters the fusion only where a row carries a clear majority (0.6) of the query's term weight: a
-    # partial match on a few common words is weak evidence, and RRF's flat top ranks would let it reorder strong
-    # semantic matches (measured: paraphrase recall@1 0.87 semantic vs 0.60 hybrid without a floor; at 0.5, "how do
-    # they get to work?" let "Gets hives after eating peanuts" (share 0.54) push the answer from rank 7 to 8).
+    # Keyword evidence enters the fusion only where a row carries a clear majority (by default 0.6) of the query's
+    # term weight: a partial match on a few common words is weak evidence, and RRF's flat top ranks would let it
+    # reorder strong semantic matches (measured: paraphrase recall@1 0.87 semantic vs 0.60 hybrid without a floor;
+    # at 0.5, "how do they get to work?" let "Gets hives after eating peanuts" (share 0.54) push the answer from
+    # rank 7 to 8).
     floor = settings.hybrid_keyword_min_strength
     sem_rank = _tied_ranks([(r["id"], r["semantic"]) for r in rows if r["semantic"] is not None])
     key_rank = _tied_ranks([(r["id"], r["keyword"]) for r in rows if r["keyword"] is not None and r["keyword"] > floor])
