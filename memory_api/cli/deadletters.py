@@ -10,12 +10,12 @@ import argparse
 import json
 import sys
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
-from memory_api.cli.stack import add_data_dir_option, command_transaction, settings_for
+from memory_api.cli.stack import add_data_dir_option, command_transaction, guarded, settings_for
 from shared.config import Settings
 from shared.deadletters import DeadLetter, Redriven, list_dead_letters, redrive, show_dead_letter
-from shared.errors import ButlerError, Unavailable
+from shared.errors import Unavailable
 
 ACTOR = "cli:dead-letters"
 
@@ -88,17 +88,6 @@ def _wake(done: Iterable[Redriven], settings: Settings) -> None:
         print(f"woke the workers of {len(keys)} shard key(s)")
 
 
-def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except ButlerError as exc:
-            print(f"memory-butler dead-letters: {exc.message}", file=sys.stderr)
-            return 2
-
-    return run
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "dead-letters", help="list, show or redrive what the workers gave up on",
@@ -110,18 +99,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--tenant", help="only this tenant's")
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     listing.add_argument("--json", action="store_true", help="print JSON")
-    listing.set_defaults(func=_guarded(cmd_list))
+    listing.set_defaults(func=guarded("dead-letters", cmd_list))
 
     show = sub.add_parser("show", help="one episode or write intent: its error, attempts and content")
     show.add_argument("id", type=uuid.UUID, metavar="ID")
     show.add_argument("--json", action="store_true", help="print JSON")
-    show.set_defaults(func=_guarded(cmd_show))
+    show.set_defaults(func=guarded("dead-letters", cmd_show))
 
     again = sub.add_parser("redrive", help="make dead letters pending again and wake the workers")
     again.add_argument("ids", nargs="*", type=uuid.UUID, metavar="ID")
     again.add_argument("--all", action="store_true", help="every dead letter (of --tenant, if given)")
     again.add_argument("--tenant", help="with --all: only this tenant's; with IDs: only if they are this tenant's")
-    again.set_defaults(func=_guarded(cmd_redrive))
+    again.set_defaults(func=guarded("dead-letters", cmd_redrive))
 
     for p in (listing, show, again):
         add_data_dir_option(p)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from sqlalchemy.engine import make_url
 
 from shared import db
 from shared.config import Settings, load_settings
+from shared.errors import ButlerError
 
 log = logging.getLogger("memory_butler.stack")
 
@@ -177,6 +178,19 @@ def resolve_database_url(settings: Settings) -> str:
     if record and record.get("database_url") and _up_process(record) is not None:
         return record["database_url"]
     return start_embedded_postgres(db.embedded_pgdata(settings))
+
+
+def guarded(command: str, func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Report a rejected argument (a ButlerError: bad butler name, role, tenant, id) as one line, exit 2."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except ButlerError as exc:
+            print(f"memory-butler {command}: {exc.message}", file=sys.stderr)
+            return 2
+
+    return run
 
 
 @contextlib.contextmanager

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
-from collections.abc import Callable
 
-from memory_api.cli.stack import add_data_dir_option, command_transaction, settings_for
+from memory_api.cli.stack import add_data_dir_option, command_transaction, guarded, settings_for
 from shared import tenancy
-from shared.errors import ButlerError
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -51,19 +49,6 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Report a rejected argument (bad butler name, role, tenant) as a one-line error, exit 2."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except ButlerError as exc:
-            print(f"memory-butler tokens: {exc.message}", file=sys.stderr)
-            return 2
-
-    return run
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     tokens = subparsers.add_parser(
         "tokens", help="create, list or revoke bearer tokens",
@@ -79,15 +64,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="a butler the token may act as; repeat for more, or '*' for all")
     create.add_argument("--role", choices=tenancy.ROLES, default="butler",
                         help="butler (read/write memory) or admin (also operations); default butler")
-    create.set_defaults(func=_guarded(cmd_create))
+    create.set_defaults(func=guarded("tokens", cmd_create))
 
     listing = sub.add_parser("list", help="list tokens (never the secrets)")
     listing.add_argument("--tenant", help="only this tenant's tokens")
-    listing.set_defaults(func=_guarded(cmd_list))
+    listing.set_defaults(func=guarded("tokens", cmd_list))
 
     revoke = sub.add_parser("revoke", help="revoke a token by id; it stops working at once")
     revoke.add_argument("token_id", type=uuid.UUID, metavar="TOKEN_ID")
-    revoke.set_defaults(func=_guarded(cmd_revoke))
+    revoke.set_defaults(func=guarded("tokens", cmd_revoke))
 
     for parser in (create, listing, revoke):
         add_data_dir_option(parser)

@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from shared import stats as stats_mod
 from shared.config import load_settings
-from tests.factories import VEC, insert_episode
+from tests.factories import VEC, insert_episode, next_seq
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 SETTINGS = load_settings()
@@ -39,10 +39,7 @@ def _episode(conn, tenant, *, butler="health", status="pending", age_seconds=0.0
 
 
 def _intent(conn, tenant, *, butler="health", status="pending", age_seconds=0.0):
-    seq = conn.execute(text(
-        "INSERT INTO shard_sequences VALUES (:t, :b, 1) ON CONFLICT (tenant_id, butler) "
-        "DO UPDATE SET last_seq = shard_sequences.last_seq + 1 RETURNING last_seq"),
-        {"t": tenant, "b": butler}).scalar()
+    seq = next_seq(conn, tenant, butler)
     conn.execute(text(
         "INSERT INTO write_intents (id, tenant_id, butler, seq, kind, payload, actor, status, created_at) "
         "VALUES (:id, :t, :b, :seq, 'episode', '{}', 'test', :st, :c)"
