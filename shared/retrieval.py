@@ -79,7 +79,7 @@ def _effective(kind: str, row: Row, f: Filter) -> float | None:
 
 
 def _score(kind: str, row: Row, *, f: Filter, settings: RetrievalSettings) -> float:
-    eff = row["effective_confidence"] = _effective(kind, row, f)  # kept for the Hit
+    eff = _effective(kind, row, f)
     score = composite_score(
         relevance=row["relevance"], importance=row["importance"],
         recency=recency(last_referenced_at=row["last_referenced_at"], now=f.now,
@@ -94,7 +94,7 @@ HIT_FIELDS = ("id", "content", "content_tokens", "created_at", "importance", "sc
 
 
 def _hit(kind: str, row: Row, *, score: float, f: Filter) -> Hit:
-    eff = row["effective_confidence"] if "effective_confidence" in row else _effective(kind, row, f)
+    eff = _effective(kind, row, f)
     # model_construct: these come from our own typed columns; validating every hit of a read costs ~5 ms.
     return Hit.model_construct(type=kind, score=score, relevance=round(row["relevance"], 6),
                                effective_confidence=None if eff is None else round(eff, 6),
