@@ -158,8 +158,12 @@ class EmbeddingSettings(_Section):
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()
-    # One thread per process: two processes with two threads each halve total throughput on 2 cores.
+    # One thread per process for batches (workers, backfills): two processes with two threads each halve total
+    # throughput on 2 cores.
     threads: int = Field(1, ge=1, le=64)
+    # Threads for one query's embedding on the read path (the front embeds one short query at a time, on the
+    # read's critical path; the threads stop spinning when it returns). Set 1 on a 1-core machine.
+    query_threads: int = Field(2, ge=1, le=64)
     mkldnn: bool = False
 
 

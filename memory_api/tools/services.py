@@ -51,10 +51,10 @@ class Services:
 
     def open(self) -> None:
         """Create every resource (blocking: loads the model); called once per process."""
-        from shared.embedding import get_embedder, get_token_counter
+        from shared.embedding import get_query_embedder, get_token_counter
 
         self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S)
-        embedder = get_embedder()
+        embedder = get_query_embedder()
         self.bumper = ReferenceBumper(self.engine)
         self.reader = Reader(engine=self.engine, settings=self.settings, embed=embedder.embed_one,
                              count_tokens=get_token_counter().count_many, bumper=self.bumper)

@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shared.config import load_settings  # noqa: E402
-from shared.embedding import get_embedder, get_token_counter  # noqa: E402
+from shared.embedding import get_query_embedder, get_token_counter  # noqa: E402
 from shared.reads import Reader  # noqa: E402
 from shared.writes import Visibility  # noqa: E402
 from tests.bench.common import bench_engine  # noqa: E402
@@ -61,7 +61,7 @@ def main() -> int:
     parser.add_argument("--database-url")
     parser.add_argument("--reuse", action="store_true", help="the database already holds the corpus: skip loading")
     args = parser.parse_args()
-    embedder = get_embedder()
+    embedder = get_query_embedder()
     embed_times: list[float] = []
 
     def timed_embed(q: str):  # noqa: ANN202

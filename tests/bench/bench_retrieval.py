@@ -23,7 +23,7 @@ from shared import writes  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.consolidation_plan import fact_text  # noqa: E402
 from shared.db import unit_of_work  # noqa: E402
-from shared.embedding import get_embedder, get_token_counter  # noqa: E402
+from shared.embedding import get_embedder, get_query_embedder, get_token_counter  # noqa: E402
 from shared.reads import Reader  # noqa: E402
 from shared.schemas import FactWrite  # noqa: E402
 from shared.writes import ALL, Actor  # noqa: E402
@@ -56,7 +56,7 @@ def evaluate(engine: Engine, *, tenants: int = 6, seed: int = 7) -> dict[str, di
     run = uuid.uuid4().hex[:6]
     ids = load(engine, memories, run=run)
     settings = load_settings()
-    reader = Reader(engine=engine, settings=settings, embed=get_embedder().embed_one,
+    reader = Reader(engine=engine, settings=settings, embed=get_query_embedder().embed_one,
                     count_tokens=get_token_counter().count_many)
     ranks: dict[tuple[str, str], list[int | None]] = defaultdict(list)
     for q in questions:

@@ -13,7 +13,7 @@ from shared import writes
 from shared.config import load_settings
 from shared.consolidation_plan import fact_text
 from shared.db import unit_of_work
-from shared.embedding import get_embedder, get_token_counter
+from shared.embedding import Embedder, get_embedder, get_token_counter
 from shared.reads import Reader
 from shared.schemas import FactWrite, RuleWrite
 from shared.writes import ALL, Actor, Visibility
@@ -31,6 +31,14 @@ def embedder():
 @pytest.fixture(scope="module")
 def reader(engine, embedder):
     return Reader(engine=engine, settings=SETTINGS, embed=embedder.embed_one, count_tokens=get_token_counter().count_many)
+
+
+def test_a_query_embedded_on_two_threads_matches_the_batch_embedding(embedder):
+    """The read path's embedder splits one query over two threads; its vectors must be the batch embedder's."""
+    texts = ["what does the user drink in the morning?", "KX-4411", "a longer sentence about oat milk " * 20]
+    two = Embedder(threads=2).embed(texts)
+    assert two.shape == (3, 384)
+    assert float(abs(two - embedder.embed(texts)).max()) < 1e-6
 
 
 def new_tenant(engine) -> str:
