@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
-from shared import writes
+from shared import candidates, writes
 from shared.config import load_settings
 from shared.consolidation_plan import fact_text
 from shared.db import unit_of_work
@@ -134,6 +134,35 @@ def test_hybrid_finds_a_keyword_only_and_a_paraphrase_only_match(engine, embedde
         hybrid = reader.search(tenant_id=t, visibility=view, query=query, types=["fact"], mode="hybrid", limit=3,
                                min_confidence=None, now=NOW)
         assert expected in [h.id for h in hybrid]
+
+
+def test_the_index_paths_of_a_large_scope_answer_as_the_scoped_paths_do(engine, embedder, reader, monkeypatch):
+    """Small scopes read the caller's rows once (exact distance, any-term match); large ones use the HNSW and GIN
+    indexes. Forced onto the index paths, a small tenant's reads must give the same answers."""
+    t = new_tenant(engine)
+    for i, (predicate, content) in enumerate([("drink", "Drinks oat milk in coffee every morning"),
+                                              ("pet", "Has a parrot named Kiwi"),
+                                              ("vehicle", "Owns a hoverboard with serial KX-4411"),
+                                              ("work", "Commutes to the office by bicycle")]):
+        fact(engine, embedder, t, "user", predicate, content, importance=3.0 + i)
+    rule(engine, embedder, t, "Ask before booking a trip on the user's behalf")
+    view = Visibility(scopes=("global",), butlers=("general",))
+
+    def answers() -> list[list[tuple]]:
+        out = []
+        for mode in ("semantic", "keyword", "hybrid"):
+            for query in ("what does the user drink in the morning?", "KX-4411 parrot", "booking a trip"):
+                hits = reader.search(tenant_id=t, visibility=view, query=query, types=["fact", "rule"], mode=mode,
+                                     limit=10, min_confidence=None, now=NOW)
+                out.append([(h.id, round(h.relevance, 4)) for h in hits])
+        return out
+
+    scoped = answers()
+    monkeypatch.setattr(candidates, "EXACT_SCOPE", 0)
+    monkeypatch.setattr(candidates, "SMALL_SCOPE", 0)
+    indexed = answers()
+    assert sum(len(a) for a in scoped) > 20
+    assert indexed == scoped
 
 
 def test_keyword_mode_matches_any_term_and_ranks_more_rare_terms_higher(engine, embedder, reader):
