@@ -178,7 +178,10 @@ def _statement(shapes: tuple[tuple[str, str, bool, bool], ...], *, semantic: boo
 
 def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool) -> str:
     """CTEs ending in ``key_{kind}(id, tid, relevance)``: rows containing any query term, scored by the summed rarity
-    (BM25 idf over the caller's visible rows) of the terms they contain, over the idf of all the query's terms."""
+    (BM25 idf over the caller's visible rows) of the terms they contain, over the idf of all the query's terms.
+
+    Each candidate is matched against each query term once (``hits_{kind}``: a row per candidate and term it
+    contains); the document frequencies and the scores are both counted from those pairs."""
     if scoped:
         cand = (f"cand_{kind} AS MATERIALIZED (SELECT s.id, s.tid, s.created_at, s.search_vector "
                 f"FROM scoped_{kind} s, q WHERE q.tsq IS NOT NULL AND s.search_vector @@ q.tsq LIMIT :cap)")
@@ -186,15 +189,16 @@ def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool) -> str:
         cand = (f"cand_{kind} AS MATERIALIZED (SELECT x.id, x.ctid AS tid, x.created_at, x.search_vector "
                 f"FROM {table} x, q WHERE q.tsq IS NOT NULL AND x.search_vector @@ q.tsq AND {where} LIMIT :cap)")
     return f"""{cand},
-df_{kind} AS MATERIALIZED (
-    SELECT l.lexeme, l.lq, count(c.id)::float8 AS n FROM lex l LEFT JOIN cand_{kind} c ON c.search_vector @@ l.lq
-    GROUP BY l.lexeme, l.lq),
-idf_{kind} AS MATERIALIZED (SELECT lq, n AS df, ln(1 + (:n_{kind} - n + 0.5) / (n + 0.5)) AS w FROM df_{kind}),
-best_{kind} AS MATERIALIZED (SELECT sum(w) AS s FROM idf_{kind}),
-key_{kind} AS (SELECT c.id, c.tid, sum(idf.w) / nullif(best.s, 0) AS relevance
-         FROM cand_{kind} c JOIN idf_{kind} idf ON idf.df > 0 AND c.search_vector @@ idf.lq CROSS JOIN best_{kind} best
-         GROUP BY c.id, c.tid, c.created_at, best.s
-         ORDER BY relevance DESC, c.created_at DESC, c.id ASC LIMIT :pool)"""
+hits_{kind} AS MATERIALIZED (
+    SELECT c.id, c.tid, c.created_at, l.lexeme FROM cand_{kind} c JOIN lex l ON c.search_vector @@ l.lq),
+idf_{kind} AS MATERIALIZED (
+    SELECT lexeme, ln(1 + (:n_{kind} - n + 0.5) / (n + 0.5)) AS w
+    FROM (SELECT l.lexeme, count(h.id)::float8 AS n FROM lex l LEFT JOIN hits_{kind} h USING (lexeme)
+          GROUP BY l.lexeme) d),
+key_{kind} AS (SELECT h.id, h.tid, sum(i.w) / nullif((SELECT sum(w) FROM idf_{kind}), 0) AS relevance
+         FROM hits_{kind} h JOIN idf_{kind} i USING (lexeme)
+         GROUP BY h.id, h.tid, h.created_at
+         ORDER BY relevance DESC, h.created_at DESC, h.id ASC LIMIT :pool)"""
 
 
 def _visible_rows(conn: Connection, *, kind: str, f: Filter, limit: int) -> int:
