@@ -91,7 +91,8 @@ def main() -> int:
     print(f"\n{args.facts} facts + {args.rules} rules across {args.tenants} tenants, {args.queries} queries, "
           f"single client, in-process ({datetime.now(timezone.utc):%Y-%m-%d})")
     print(f"{'call':<22}{'p50 ms':>9}{'p95 ms':>9}")
-    print(f"{'embedding, 1 thread':<22}{pct(reference, 50):>9.1f}{pct(reference, 95):>9.1f}   (reference: machine speed)")
+    print(f"{'embedding, 1 thread':<22}{pct(reference, 50):>9.1f}{pct(reference, 95):>9.1f}   "
+          "(reference: machine speed)")
     print(f"{'query embedding':<22}{pct(alone, 50):>9.1f}{pct(alone, 95):>9.1f}   "
           f"(alone, {load_settings().embedding.query_threads} threads)")
     print(f"{'query embedding, read':<22}{pct(embed_times, 50):>9.1f}{pct(embed_times, 95):>9.1f}   "

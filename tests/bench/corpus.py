@@ -38,7 +38,7 @@ INDEXES = {
 def corpus_tenants(engine: Engine, *, reuse: bool, facts: int, rules: int, tenants: int) -> list[str]:
     """The corpus's tenant ids: loaded now, or (``reuse``) those a previous load left in the database."""
     if not reuse:
-        return load_corpus(engine, facts=facts, rules=rules, tenants=tenants)
+        return load_corpus(engine, facts=facts, rules=rules, tenants=tenants, distinct=min(3000, max(facts, 1)))
     with engine.connect() as conn:
         return list(conn.execute(text("SELECT id FROM tenants WHERE id LIKE 'lat-%' ORDER BY id")).scalars())
 
