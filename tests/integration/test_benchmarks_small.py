@@ -16,7 +16,7 @@ def _figures(out: str, label: str) -> list[float]:
 
 def test_latency_and_gather_benchmarks_run_small(empty_database_url, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["bench_latency.py", "--facts", "600", "--rules", "120", "--tenants", "3",
-                                      "--queries", "8", "--database-url", empty_database_url])
+                                      "--queries", "8", "--phases", "--database-url", empty_database_url])
     assert bench_latency.main() == 0
     out = capsys.readouterr().out
     for label in ("embedding, 1 thread", "query embedding, read", "memory_search (total)", "memory_recall (total)",
@@ -25,6 +25,13 @@ def test_latency_and_gather_benchmarks_run_small(empty_database_url, capsys, mon
         assert 0 < p50 <= p95, (label, out)
     # a read takes longer than the embedding inside it
     assert _figures(out, "memory_context (total)")[0] > _figures(out, "query embedding, read")[0]
+    # the phases of memory_context: each ends after it starts, the statement after the embedding, all within the call
+    phases = {label: _figures(out.split("memory_context phases")[1], label)
+              for label in ("query embedding", "recent episodes", "gather statement", "ranking and hits",
+                            "context block", "total")}
+    assert all(start <= end for start, end in phases.values()), phases
+    assert phases["query embedding"][1] <= phases["gather statement"][0] + 0.1
+    assert max(end for _, end in phases.values()) == phases["total"][1]
 
     monkeypatch.setattr(sys, "argv", ["bench_gather.py", "--database-url", empty_database_url, "--tenants", "3",
                                       "--queries", "2", "--repeat", "1"])
