@@ -90,13 +90,13 @@ def measure(reader: Reader, tenants: list[str], qs: list[str], phases: Phases | 
             # A tenant per call: the same tenant three times in a row would let the second and third calls find
             # the first one's pages in shared buffers.
             tenant = rng.choice(tenants)
-            timed = phases is not None and name == "context"
-            if timed:
+            traced = phases is not None and name == "context"
+            if traced:
                 phases.begin()
             t0 = time.perf_counter()
             call(tenant, q)
             out[name].append(time.perf_counter() - t0)
-            if timed:
+            if traced:
                 phases.end()
     return out
 
