@@ -6,7 +6,8 @@
 2. accepts N episodes straight into the intake (no front: this measures the worker plane alone);
 3. starts W real `celery worker` processes on every shard queue, wakes every key, and times until every
    intent is applied (drain) and every episode is consolidated with the heuristic extractor.
-Uses its own Redis database (15, flushed) and a throwaway database on the embedded PostgreSQL.
+Uses its own Redis database (15, or BENCH_REDIS_URL; flushed before and after) and a throwaway database on
+the embedded PostgreSQL.
 """
 
 from __future__ import annotations
@@ -30,9 +31,8 @@ from shared.config import load_settings  # noqa: E402
 from shared.embedding import get_embedder  # noqa: E402
 from shared.intake import WriteRequest, accept  # noqa: E402
 from shared.sharding import MAINTENANCE_QUEUE, shard_queues  # noqa: E402
-from tests.bench.common import bench_engine  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL as REDIS_URL, bench_engine, bench_redis  # noqa: E402
 
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 def texts_for(n: int, butlers: int) -> list[str]:
@@ -106,14 +106,11 @@ def main() -> int:
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--butlers", type=int, default=3)
     args = parser.parse_args()
-    import redis
-
-    redis.Redis.from_url(REDIS_URL).flushdb()
     settings = load_settings()
     texts = texts_for(args.episodes, args.butlers)
     raw = raw_embedding_rate(texts)
     print(f"raw embedding ({get_embedder().backend}, 1 thread, batches of 256): {raw:.0f} episodes/s")
-    with bench_engine() as engine:
+    with bench_redis(), bench_engine() as engine:
         url = engine.url.render_as_string(hide_password=False)
         keys = accept_all(engine, texts, args.tenants, args.butlers)
         workers = start_workers(args.workers, url, settings.workers.shard_count)

@@ -7,7 +7,8 @@ Loads the corpus (tests/bench/corpus.py), starts `memory-butler serve` on a free
 - reads: C concurrent MCP clients (one session each, one tenant token each) calling memory_context, then
   memory_search, back to back for S seconds each;
 - accepts: C clients calling memory_store_episode, then memory_ingest_batch (50 episodes per call).
-No worker runs, so accepted writes stay in the intake: this measures the front alone.
+No worker runs, so accepted writes stay in the intake: this measures the front alone. Its Redis database (15,
+or BENCH_REDIS_URL) is flushed before and after, so the messages it queues do not outlive it.
 """
 
 from __future__ import annotations
@@ -36,10 +37,9 @@ from shared.candidates import Filter  # noqa: E402
 from shared import candidates  # noqa: E402
 from shared.embedding import get_embedder, to_pgvector  # noqa: E402
 from shared.tenancy import create_token  # noqa: E402
-from tests.bench.common import bench_engine  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL as REDIS_URL, bench_engine, bench_redis  # noqa: E402
 from tests.bench.corpus import corpus_tenants, questions  # noqa: E402
 
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 def free_port() -> int:
@@ -129,7 +129,7 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true", help="the database already holds the corpus: skip loading")
     args = parser.parse_args()
     qs = questions(random.Random(5), 200)
-    with bench_engine(args.database_url) as engine:
+    with bench_redis(), bench_engine(args.database_url) as engine:
         tenants = corpus_tenants(engine, reuse=args.reuse, facts=args.facts, rules=args.rules, tenants=args.tenants)
         with engine.begin() as conn:
             tokens = [create_token(conn, tenant_id=t, name="bench", butlers=["health"], role="butler")[1]

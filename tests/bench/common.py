@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,22 @@ from shared import db
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_PGDATA = ROOT / ".memory-butler" / "bench-pgdata"
+# The benchmarks' own Redis database: emptied before and after each run (see bench_redis).
+BENCH_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+@contextlib.contextmanager
+def bench_redis() -> Iterator[str]:
+    """The benchmarks' Redis database, flushed before and after: queued messages a run leaves are its own."""
+    import redis
+
+    client = redis.Redis.from_url(BENCH_REDIS_URL)
+    client.flushdb()
+    try:
+        yield BENCH_REDIS_URL
+    finally:
+        client.flushdb()
+        client.close()
 
 
 @contextlib.contextmanager

@@ -7,12 +7,11 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-
-from tests.polling import poll
 import redis as redis_lib
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
@@ -21,12 +20,23 @@ from sqlalchemy.engine import make_url
 from memory_api.cli import stack
 from shared import db
 from shared.config import load_settings
+from tests.polling import poll
 
 pytestmark = pytest.mark.slow
 
+# Its own Redis database (the stack's beat schedule must not meet the other tests'), emptied before and after.
 REDIS_URL = "redis://127.0.0.1:6379/12"
 START_DEADLINE_S = 120  # the first start runs initdb and the migrations
 COMMAND_TIMEOUT_S = 60
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _stack_redis() -> Iterator[None]:
+    client = redis_lib.Redis.from_url(REDIS_URL)
+    client.flushdb()
+    yield
+    client.flushdb()
+    client.close()
 
 
 def _free_port() -> int:
