@@ -40,10 +40,10 @@ def clean(content: str) -> str:
     return " ".join(content.split())
 
 
-def content_tokens(content: str, count: CountTokens) -> int:
-    """The token count the writers store with each memory (``content_tokens``), so a context build only counts
+def content_tokens(contents: Sequence[str], count: CountTokens) -> list[int]:
+    """The token counts the writers store with each memory (``content_tokens``), so a context build only counts
     the short annotations around it. Exact because the tokenizer is additive over whitespace-joined pieces."""
-    return count([clean(content)])[0]
+    return count([clean(content) for content in contents])
 
 
 def _parts(hit: Hit, now: datetime) -> tuple[str, str, str]:

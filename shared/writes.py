@@ -61,15 +61,14 @@ def insert_episodes(
 ) -> int:
     """Insert a batch of episodes (already-present ids are skipped: replays change nothing). Returns rows written."""
     present = repo.existing_ids(conn, kind="episode", ids=[e.id for e in episodes])
+    new = [(episode, vector) for episode, vector in zip(episodes, vectors, strict=True) if episode.id not in present]
+    tokens = _tokens([episode.write.content for episode, _ in new])  # one tokenizer call for the batch
     rows, events = [], []
-    for episode, vector in zip(episodes, vectors, strict=True):
-        if episode.id in present:
-            continue
+    for (episode, vector), n_tokens in zip(new, tokens, strict=True):
         w = episode.write
         rows.append({
             "id": episode.id, "tenant_id": tenant_id, "butler": w.butler, "seq": episode.seq,
-            "session_id": w.session_id, "content": w.content, "content_tokens": _tokens(w.content),
-            "embedding": vector,
+            "session_id": w.session_id, "content": w.content, "content_tokens": n_tokens, "embedding": vector,
             "embedding_version_id": embedding_version_id, "importance": w.importance,
             "created_at": episode.accepted_at, "last_referenced_at": episode.accepted_at,
             "expires_at": episode.accepted_at + timedelta(days=ttl_days), "request_id": episode.request_id,
@@ -133,7 +132,7 @@ def _fact_row(
 ) -> dict[str, Any]:
     return {
         "id": fact_id, "tenant_id": tenant_id, "subject": write.subject, "predicate": write.predicate,
-        "content": write.content, "content_tokens": _tokens(write.content), "embedding": vector,
+        "content": write.content, "content_tokens": _tokens([write.content])[0], "embedding": vector,
         "embedding_version_id": embedding_version_id, "importance": write.importance, "confidence": write.confidence,
         "decay_rate": decay_rate_for(write.permanence), "permanence": write.permanence,
         "source_butler": source_butler, "source_episode_id": write.source_episode_id, "supersedes_id": supersedes,
@@ -168,8 +167,8 @@ def store_rule(
     if repo.exists(conn, kind="rule", entity_id=rule_id):
         return {"id": str(rule_id), "replayed": True}
     repo.insert_rows(conn, kind="rule", rows=[{
-        "id": rule_id, "tenant_id": tenant_id, "content": write.content, "content_tokens": _tokens(write.content),
-        "embedding": vector,
+        "id": rule_id, "tenant_id": tenant_id, "content": write.content,
+        "content_tokens": _tokens([write.content])[0], "embedding": vector,
         "embedding_version_id": embedding_version_id, "scope": write.scope, "maturity": "candidate",
         "validity": "active", "importance": write.importance, "confidence": rules.baseline_confidence,
         "decay_rate": decay_rate_for(write.permanence), "permanence": write.permanence,
@@ -247,7 +246,7 @@ def mark_rule(
                              {"from": row["maturity"], "to": maturity}))
     if maturity == "anti_pattern" and row["maturity"] != "anti_pattern":
         values["content"] = anti_pattern_content(row["content"], repo.harmful_reasons(conn, rule_id=rule_id))
-        values["content_tokens"] = _tokens(values["content"])
+        values["content_tokens"] = _tokens([values["content"]])[0]
         values["metadata"] = {**row["metadata"], "original_content": row["content"]}
         events.append(_event(tenant_id, "rule.inverted", "rule", rule_id, actor, {"content": values["content"]}))
     repo.update_row(conn, kind="rule", entity_id=rule_id, values=values)
@@ -292,8 +291,8 @@ def restore(
     return {"id": str(entity_id), "restored": True}
 
 
-def _tokens(content: str) -> int:
-    return content_tokens(content, get_token_counter().count_many)
+def _tokens(contents: Sequence[str]) -> list[int]:
+    return content_tokens(contents, get_token_counter().count_many)
 
 
 def _refuse_second_active(conn: Connection, *, tenant_id: str, row: RowMapping) -> None:

@@ -90,7 +90,7 @@ def load_corpus(engine: Engine, *, facts: int, rules: int, tenants: int, distinc
 
 
 def _tokens(content: str) -> str:
-    return str(content_tokens(content, get_token_counter().count_many))
+    return str(content_tokens([content], get_token_counter().count_many)[0])
 
 
 def _fact_rows(n, tenant_ids, texts, base, rng, nrng, now):  # noqa: ANN001, ANN202
