@@ -79,7 +79,7 @@ SELECT gen_random_uuid(), 'bench-' || (g % 10), 'bench', g, 'bench episode ' || 
        CASE WHEN g % 5 = 0 THEN 'pending' ELSE 'consolidated' END,
        CAST(:now AS timestamptz) - (g % 1000) * interval '1 minute',
        CAST(:now AS timestamptz) + CASE WHEN g % 4 = 0 THEN interval '-1 day' ELSE interval '7 days' END
-FROM generate_series(:first, :last) g"""
+FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) g"""
 
 
 def load_episodes(engine: Engine, n: int, chunk: int = 50_000) -> None:

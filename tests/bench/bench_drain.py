@@ -1,13 +1,14 @@
 """Drain and consolidation throughput beside the raw embedding throughput, measured in the same run.
 
     python tests/bench/bench_drain.py [--episodes 10000] [--workers 2] [--tenants 10] [--butlers 3]
+                                      [--database-url URL] [--redis-url URL]
 
 1. raw: the configured embedding backend embeds the same episode texts in batches, in this process (1 thread);
 2. accepts N episodes straight into the intake (no front: this measures the worker plane alone);
 3. starts W real `celery worker` processes on every shard queue, wakes every key, and times until every
    intent is applied (drain) and every episode is consolidated with the heuristic extractor.
-Uses its own Redis database (15, or BENCH_REDIS_URL; flushed before and after) and a throwaway database on
-the embedded PostgreSQL.
+Uses its own Redis database (--redis-url, default 15 or BENCH_REDIS_URL; flushed before and after) and a
+throwaway database on the embedded PostgreSQL unless --database-url names one.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from shared.config import load_settings  # noqa: E402
 from shared.embedding import get_embedder  # noqa: E402
 from shared.intake import WriteRequest, accept  # noqa: E402
 from shared.sharding import MAINTENANCE_QUEUE, shard_queues  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL as REDIS_URL, bench_engine, bench_redis  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noqa: E402
 
 
 
@@ -68,8 +69,8 @@ def accept_all(engine, texts: list[str], tenants: int, butlers: int) -> list[tup
     return keys
 
 
-def start_workers(n: int, database_url: str, shard_count: int) -> list[subprocess.Popen]:
-    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": REDIS_URL,
+def start_workers(n: int, database_url: str, redis_url: str, shard_count: int) -> list[subprocess.Popen]:
+    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
            "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(shard_count)}
     queues = ",".join([*shard_queues(shard_count), MAINTENANCE_QUEUE])
     return [subprocess.Popen(
@@ -105,20 +106,22 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--butlers", type=int, default=3)
+    parser.add_argument("--database-url", help="a database to use (migrated, not dropped); default: a throwaway one")
+    parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after")
     args = parser.parse_args()
     settings = load_settings()
     texts = texts_for(args.episodes, args.butlers)
     raw = raw_embedding_rate(texts)
     print(f"raw embedding ({get_embedder().backend}, 1 thread, batches of 256): {raw:.0f} episodes/s")
-    with bench_redis(), bench_engine() as engine:
+    with bench_redis(args.redis_url), bench_engine(args.database_url) as engine:
         url = engine.url.render_as_string(hide_password=False)
         keys = accept_all(engine, texts, args.tenants, args.butlers)
-        workers = start_workers(args.workers, url, settings.workers.shard_count)
+        workers = start_workers(args.workers, url, args.redis_url, settings.workers.shard_count)
         try:
             from memory_workers import app as worker_app
             from memory_workers.enqueue import wake_apply
 
-            bench_settings = load_settings(redis_url=REDIS_URL, database_url=url)
+            bench_settings = load_settings(redis_url=args.redis_url, database_url=url)
             worker_app.configure(worker_app.app, bench_settings)
             wait_ready(worker_app.app, args.workers)
             for tenant, butler in keys:

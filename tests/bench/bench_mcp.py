@@ -7,8 +7,9 @@ Loads the corpus (tests/bench/corpus.py), starts `memory-butler serve` on a free
 - reads: C concurrent MCP clients (one session each, one tenant token each) calling memory_context, then
   memory_search, back to back for S seconds each;
 - accepts: C clients calling memory_store_episode, then memory_ingest_batch (50 episodes per call).
-No worker runs, so accepted writes stay in the intake: this measures the front alone. Its Redis database (15,
-or BENCH_REDIS_URL) is flushed before and after, so the messages it queues do not outlive it.
+No worker runs, so accepted writes stay in the intake: this measures the front alone. Its Redis database
+(--redis-url, default 15 or BENCH_REDIS_URL) is flushed before and after, so the messages it queues do not
+outlive it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from shared.candidates import Filter  # noqa: E402
 from shared import candidates  # noqa: E402
 from shared.embedding import get_embedder, to_pgvector  # noqa: E402
 from shared.tenancy import create_token  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL as REDIS_URL, bench_engine, bench_redis  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noqa: E402
 from tests.bench.corpus import corpus_tenants, questions  # noqa: E402
 
 
@@ -48,8 +49,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_front(database_url: str, port: int) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": REDIS_URL, "MEMORY_BUTLER_LOG_LEVEL": "WARNING"}
+def start_front(database_url: str, redis_url: str, port: int) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEMORY_BUTLER_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen([sys.executable, "-m", "memory_api", "serve", "--host", "127.0.0.1", "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
@@ -127,16 +128,17 @@ def main() -> int:
     parser.add_argument("--accepts", type=int, default=100, help="store_episode calls per client")
     parser.add_argument("--database-url")
     parser.add_argument("--reuse", action="store_true", help="the database already holds the corpus: skip loading")
+    parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after")
     args = parser.parse_args()
     qs = questions(random.Random(5), 200)
-    with bench_redis(), bench_engine(args.database_url) as engine:
+    with bench_redis(args.redis_url), bench_engine(args.database_url) as engine:
         tenants = corpus_tenants(engine, reuse=args.reuse, facts=args.facts, rules=args.rules, tenants=args.tenants)
         with engine.begin() as conn:
             tokens = [create_token(conn, tenant_id=t, name="bench", butlers=["health"], role="butler")[1]
                       for t in tenants[:args.clients]]
         raw = raw_queries(engine, tenants, qs)
         port = free_port()
-        front = start_front(engine.url.render_as_string(hide_password=False), port)
+        front = start_front(engine.url.render_as_string(hide_password=False), args.redis_url, port)
         url = f"http://127.0.0.1:{port}/mcp"
         try:
             results: dict[str, list[float]] = {}

@@ -20,14 +20,14 @@ BENCH_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 @contextlib.contextmanager
-def bench_redis() -> Iterator[str]:
+def bench_redis(url: str = BENCH_REDIS_URL) -> Iterator[str]:
     """The benchmarks' Redis database, flushed before and after: queued messages a run leaves are its own."""
     import redis
 
-    client = redis.Redis.from_url(BENCH_REDIS_URL)
+    client = redis.Redis.from_url(url)
     client.flushdb()
     try:
-        yield BENCH_REDIS_URL
+        yield url
     finally:
         client.flushdb()
         client.close()

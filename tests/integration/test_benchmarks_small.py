@@ -1,12 +1,23 @@
-"""Small versions of the read-path benchmarks (the full-size runs are commands of their own, see BENCHMARKS.md):
-they must run end to end on a fresh database and print every figure."""
+"""Small versions of the benchmarks (the full-size runs are commands of their own, see BENCHMARKS.md): each
+must run end to end on a fresh database, print every figure, and leave its Redis database empty.
+
+The read-path benchmarks run in this process; the worker-plane and MCP ones as the commands users run, since
+they start celery workers or the front as subprocesses and configure the Celery app."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 
+import redis as redis_lib
+
 from tests.bench import bench_gather, bench_latency
+from tests.conftest import ROOT
+
+# The small runs' own Redis database (the suite's is TEST_REDIS_DB, the full-size benchmarks' is 15).
+SMALL_BENCH_REDIS_URL = os.environ.get("TEST_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 
 
 def _figures(out: str, label: str) -> list[float]:
@@ -39,3 +50,56 @@ def test_latency_and_gather_benchmarks_run_small(empty_database_url, capsys, mon
     out = capsys.readouterr().out
     for label in ("hybrid (both halves)", "semantic half", "keyword half"):
         assert _figures(out, label)[0] > 0, (label, out)
+
+
+def _run(script: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, f"tests/bench/{script}", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+def _redis_left_empty() -> bool:
+    client = redis_lib.Redis.from_url(SMALL_BENCH_REDIS_URL)
+    try:
+        return client.dbsize() == 0
+    finally:
+        client.close()
+
+
+def test_drain_benchmark_runs_small(empty_database_url):
+    out = _run("bench_drain.py", "--episodes", "120", "--workers", "1", "--tenants", "2", "--butlers", "2",
+               "--database-url", empty_database_url, "--redis-url", SMALL_BENCH_REDIS_URL)
+    raw = float(re.search(r"batches of 256\): (\d+) episodes/s", out)[1])
+    drain = re.search(r"drain: 120 episodes applied with embeddings in ([\d.]+)s by 1 worker\(s\) = (\d+) episodes/s", out)
+    end_to_end = re.search(r"(\d+) episodes/s end to end; (\d+) facts, (\d+) rules", out)
+    assert raw > 0 and drain and float(drain[2]) > 0 and end_to_end, out
+    assert int(end_to_end[2]) > 0, out  # the heuristic extractor turned some episodes into facts
+    assert _redis_left_empty()
+
+
+def test_mcp_benchmark_runs_small(empty_database_url):
+    out = _run("bench_mcp.py", "--facts", "300", "--rules", "60", "--tenants", "2", "--clients", "2",
+               "--seconds", "1", "--accepts", "10", "--database-url", empty_database_url,
+               "--redis-url", SMALL_BENCH_REDIS_URL)
+    line = next(line for line in out.splitlines() if line.startswith("raw candidate SQL"))
+    p50, p95, p99 = (float(x) for x in re.findall(r"\d+\.\d+", line))
+    assert 0 < p50 <= p95 <= p99, out
+    for label in ("memory_context via MCP", "memory_search via MCP", "memory_store_episode accept via MCP",
+                  "memory_ingest_batch(50) call via MCP"):
+        line = next(line for line in out.splitlines() if line.startswith(label))
+        p50, p95, p99, rate = (float(x) for x in line[len(label):].split())
+        assert 0 < p50 <= p95 <= p99 and rate > 0, (label, out)
+    assert _redis_left_empty()
+
+
+def test_decay_benchmark_runs_small(empty_database_url):
+    out = _run("bench_decay.py", "--facts", "2000", "--batch", "500", "--episodes", "800",
+               "--database-url", empty_database_url)
+    cleanup = re.search(r"cleanup batch=\s*500: (\d+) of 800 episodes deleted", out)
+    sweeps = re.findall(r"batch=\s*500: 2,000 facts in [\d.]+ s = [\d,]+ rows/s, (\d+) batches, (\d+) changed", out)
+    assert cleanup and int(cleanup[1]) > 0, out
+    assert len(sweeps) == 2, out
+    (first_batches, first_changed), (_, again_changed) = sweeps
+    assert int(first_batches) >= 4 and int(first_changed) > 0, out  # a fifth change band on the first sweep
+    assert int(again_changed) == 0, out  # nothing left to change on the second
