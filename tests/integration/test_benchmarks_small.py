@@ -71,7 +71,8 @@ def test_drain_benchmark_runs_small(empty_database_url):
     out = _run("bench_drain.py", "--episodes", "120", "--workers", "1", "--tenants", "2", "--butlers", "2",
                "--database-url", empty_database_url, "--redis-url", SMALL_BENCH_REDIS_URL)
     raw = float(re.search(r"batches of 256\): (\d+) episodes/s", out)[1])
-    drain = re.search(r"drain: 120 episodes applied with embeddings in ([\d.]+)s by 1 worker\(s\) = (\d+) episodes/s", out)
+    drain = re.search(r"drain: 120 episodes applied with embeddings in ([\d.]+)s by 1 worker\(s\) "
+                      r"= (\d+) episodes/s", out)
     end_to_end = re.search(r"(\d+) episodes/s end to end; (\d+) facts, (\d+) rules", out)
     assert raw > 0 and drain and float(drain[2]) > 0 and end_to_end, out
     assert int(end_to_end[2]) > 0, out  # the heuristic extractor turned some episodes into facts
@@ -101,5 +102,5 @@ def test_decay_benchmark_runs_small(empty_database_url):
     assert cleanup and int(cleanup[1]) > 0, out
     assert len(sweeps) == 2, out
     (first_batches, first_changed), (_, again_changed) = sweeps
-    assert int(first_batches) >= 4 and int(first_changed) > 0, out  # a fifth change band on the first sweep
+    assert int(first_batches) >= 4 and int(first_changed) > 0, out  # about a tenth change band on the first sweep
     assert int(again_changed) == 0, out  # nothing left to change on the second
