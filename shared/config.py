@@ -76,7 +76,9 @@ class ScoreWeights(_Section):
 
 
 class SectionQuotas(_Section):
-    """Share of the context token budget each section may use; unused share flows to later sections."""
+    """Share of the context token budget each section is first given (rules' share covers the anti-pattern
+    warnings, a quarter of it); unused share flows to later sections, and what is left at the end goes back to the
+    sections in order (shared.context)."""
 
     facts: float = Field(0.5, ge=0, le=1)
     rules: float = Field(0.3, ge=0, le=1)

@@ -1,8 +1,10 @@
 """memory_context assembly: the seed's sectioned block under a hard token budget. Pure: tokens and time passed in.
 
-Sections (in order): facts, rules, anti-pattern warnings, recent episodes. Each section gets its quota share of
-the budget (configurable); what a section leaves unused flows to the next. Within a section lines are added in
-rank order and the first line that does not fit ends the section, so the lowest-ranked are always dropped first.
+Sections (in order): facts, rules, anti-pattern warnings, recent episodes. Each section first gets its quota share
+of the budget (configurable), so no section crowds out the others; what a section leaves unused flows to the next.
+Whatever is still unspent then goes back to the sections in the same order, each continuing where it stopped.
+Within a section lines are added in rank order and the first line that does not fit ends the section, so the
+lowest-ranked are always dropped first.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ CountTokens = Callable[[Sequence[str]], list[int]]  # token counts of many texts
 
 
 def age(then: datetime, now: datetime) -> str:
-    """Compact age: 45s, 12m, 3h, 2d, 5w, 14mo, 2y."""
+    """Compact age in the seed's units: 45s, 12m, 3h, 12d, 400d."""
     seconds = max(0, int((now - then).total_seconds()))
-    for unit, size in (("y", 31_536_000), ("mo", 2_592_000), ("w", 604_800), ("d", 86_400), ("h", 3_600), ("m", 60)):
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
@@ -96,7 +98,7 @@ def build(
     whitespace first): the block's token count is then the sum of its lines' counts, with no second pass over it.
     Each line break is still charged one token against the budget, as a margin.
     """
-    sections = {
+    candidates = {
         "facts": list(facts),
         "rules": [r for r in rules if r.maturity != "anti_pattern"],
         "warnings": [r for r in rules if r.maturity == "anti_pattern"],
@@ -105,55 +107,71 @@ def build(
     share = {"facts": quotas.facts, "rules": quotas.rules * 0.75, "warnings": quotas.rules * 0.25,
              "episodes": quotas.episodes}
     total_share = sum(share.values()) or 1.0
-    lines = [HEADER]
+    sections = {name: _section(hits, TITLES[name], count, now) for name, hits in candidates.items()}
     tokens = count([HEADER])[0]
     used = tokens + 1
     carry = 0
-    included: dict[str, list[str]] = {}
-    dropped = 0
-    for name, hits in sections.items():
+    for name, section in sections.items():  # first pass: each section within its share
         allowance = min(budget - used, int(budget * share[name] / total_share) + carry)
-        spent, section_tokens, chosen = _fill(hits, title=TITLES[name], allowance=allowance, count=count, now=now)
-        dropped += len(hits) - len(chosen)
-        if chosen:
-            lines.append("")
-            lines.append(TITLES[name])
-            lines.extend(line for _, line in chosen)
-            included[name] = [str(h.id) for h, _ in chosen]
-        used += spent
-        tokens += section_tokens
-        carry = max(0, allowance - spent)
+        spent, added = section.take(allowance)
+        used, tokens, carry = used + spent, tokens + added, max(0, allowance - spent)
+    for section in sections.values():  # second pass: what is left, in section order
+        spent, added = section.take(budget - used)
+        used, tokens = used + spent, tokens + added
+    included = {name: [str(hit.id) for hit, _, _ in s.lines[:s.taken]] for name, s in sections.items() if s.taken}
+    dropped = sum(len(s.lines) - s.taken for s in sections.values())
     if not included:
         return ContextBlock(text="", tokens=0, included={}, dropped=dropped)
+    lines = [HEADER]
+    for name in included:
+        section = sections[name]
+        lines += ["", section.title, *(line for _, line, _ in section.lines[:section.taken])]
     return ContextBlock(text="\n".join(lines), tokens=tokens, included=included, dropped=dropped)
 
 
-def _fill(
-    hits: Sequence[Hit], *, title: str, allowance: int, count: CountTokens, now: datetime
-) -> tuple[int, int, list[tuple[Hit, str]]]:
-    """Lines in rank order while they fit: (budget spent with the line-break margins, tokens, chosen lines)."""
+@dataclass
+class _Section:
+    """One section's candidate lines in rank order, with their token counts; the first ``taken`` are in the block."""
+
+    title: str
+    title_tokens: int
+    lines: list[tuple[Hit, str, int]]
+    count: CountTokens
+    taken: int = 0
+
+    def take(self, allowance: int) -> tuple[int, int]:
+        """Add lines in rank order while they fit in ``allowance``: (budget spent with line-break margins, tokens).
+
+        The title and the blank line before it are charged with the section's first line."""
+        first = not self.taken
+        tokens = self.title_tokens if first else 0
+        spent = tokens + 2 if first else 0
+        n = self.taken
+        while n < len(self.lines):
+            hit, line, cost = self.lines[n]
+            if cost > MAX_LINE_TOKENS:  # clipped only when reached: clipping counts the line again
+                line = _clip(line, self.count, MAX_LINE_TOKENS)
+                cost = self.count([line])[0]
+                self.lines[n] = (hit, line, cost)
+            if spent + cost + 1 > allowance:
+                break
+            spent, tokens, n = spent + cost + 1, tokens + cost, n + 1
+        if n == self.taken:
+            return 0, 0
+        self.taken = n
+        return spent, tokens
+
+
+def _section(hits: Sequence[Hit], title: str, count: CountTokens, now: datetime) -> _Section:
+    """Every candidate's line and token count: the annotations and title counted in one call, each content from
+    its stored count where it has one."""
     if not hits:
-        return 0, 0, []
+        return _Section(title, 0, [], count)
     parts = [_parts(hit, now) for hit in hits]
-    # One count call for the title, every annotation, and the contents without a stored count.
     texts = [title] + [p for (before, content, after), hit in zip(parts, hits)
                        for p in ((before, after) if hit.content_tokens is not None else (before, content, after))]
     counted = dict(zip(texts, count(texts)))
-    tokens = counted[title]
-    spent = tokens + 2  # a blank line and the title line
-    if spent >= allowance:
-        return 0, 0, []
-    chosen: list[tuple[Hit, str]] = []
-    for hit, (before, content, after) in zip(hits, parts):
-        line = _join(before, content, after)
-        cost = counted[before] + counted[after] + (
-            hit.content_tokens if hit.content_tokens is not None else counted[content])
-        if cost > MAX_LINE_TOKENS:
-            line = _clip(line, count, MAX_LINE_TOKENS)
-            cost = count([line])[0]
-        if spent + cost + 1 > allowance:
-            break
-        chosen.append((hit, line))
-        spent += cost + 1
-        tokens += cost
-    return (spent, tokens, chosen) if chosen else (0, 0, [])
+    lines = [(hit, _join(before, content, after), counted[before] + counted[after] + (
+        hit.content_tokens if hit.content_tokens is not None else counted[content]))
+        for hit, (before, content, after) in zip(hits, parts)]
+    return _Section(title, counted[title], lines, count)
