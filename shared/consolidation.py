@@ -245,7 +245,7 @@ def _feedback(conn: Connection, *, batch: Batch, plan: Plan, ctx: RunContext, co
             with conn.begin_nested():
                 writes.confirm(conn, tenant_id=batch.tenant_id, kind=kind, entity_id=target, visibility=ALL,
                                actor=ctx.actor, now=ctx.now)
-        except ButlerError as exc:  # gone, superseded meanwhile, or a second active fact: nothing to confirm
+        except ButlerError as exc:  # gone, superseded or forgotten meanwhile, or a second active fact: skip
             counts["confirmations_skipped"] += 1
             log.info("confirmation skipped", extra={"kind": kind, "id": str(target), "error": exc.message})
             continue

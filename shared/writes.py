@@ -16,7 +16,7 @@ from shared import repository as repo
 from shared.config import RuleSettings
 from shared.context import content_tokens
 from shared.embedding import get_token_counter
-from shared.errors import IntegrityViolation, InvalidInput, NotFound, Pending, PermissionDenied
+from shared.errors import IntegrityViolation, InvalidInput, InvalidTransition, NotFound, Pending, PermissionDenied
 from shared.lifecycle import anti_pattern_content, check_transition, next_maturity
 from shared.schemas import EpisodeWrite, FactWrite, RuleWrite
 from shared.scoring import decay_rate_for, effectiveness
@@ -208,6 +208,9 @@ def confirm(
     if kind not in ("fact", "rule"):
         raise InvalidInput("type: only a fact or a rule can be confirmed", field="type")
     row = load_visible(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, visibility=visibility, lock=True)
+    if row["validity"] == "retracted":  # forgotten on purpose: only restore undoes a forget
+        raise InvalidTransition(f"{kind} {entity_id} was forgotten; restore it (memory_restore) before confirming it",
+                                field="id")
     values: dict[str, Any] = {"last_confirmed_at": now}
     if row["validity"] != "active":
         # Rule validity uses the fact validity machine (it has every rule state but "superseded").

@@ -41,6 +41,11 @@ def test_forget_and_restore(worker, front: Front, health: Butler, engine: Engine
     again = health.error("memory_forget", type="fact", id=fact["id"])
     assert again["error"] in ("invalid_transition", "integrity_violation") and again["retryable"] is False
 
+    # a confirm does not undo a forget: refused, classified, and the fact stays forgotten
+    refused = health.error("memory_confirm", type="fact", id=fact["id"])
+    assert (refused["error"], refused["field"]) == ("invalid_transition", "id")
+    assert health.ok("memory_get", type="fact", id=fact["id"])["memory"]["validity"] == "retracted"
+
     back = health.ok("memory_restore", type="fact", id=fact["id"])
     assert back["status"] == "restored" and fact["id"] in _recalled(health)
     with engine.connect() as conn:
