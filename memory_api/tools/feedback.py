@@ -40,7 +40,8 @@ async def memory_confirm(
     request_context: Lineage | None = None,
 ) -> Confirmed:
     """Call after you used a fact or rule and it proved accurate: resets its confidence decay (a fading memory
-    becomes active again). Errors: not_found, pending (not applied yet: retry shortly), permission_denied."""
+    becomes active again). Errors: not_found, pending (not applied yet: retry shortly), permission_denied,
+    invalid_transition (it was forgotten or superseded: memory_restore brings back a forgotten one)."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
     out = await _in_transaction(call, lambda conn: writes.confirm(
