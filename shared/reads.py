@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy import ColumnElement, Connection, Engine, and_, exists, or_, select, text
 from sqlalchemy.exc import DBAPIError, OperationalError, TimeoutError as PoolTimeout
 
 from shared import candidates
@@ -26,7 +26,7 @@ from shared.config import Settings
 from shared.db import sqlstate
 from shared.embedding import to_pgvector
 from shared.errors import InvalidInput, Unavailable
-from shared.models import memory_events
+from shared.models import episodes, facts, memory_events, rules
 from shared.references import ReferenceBumper
 from shared.schemas import Hit
 from shared.writes import Visibility, load_visible
@@ -144,8 +144,9 @@ class Reader:
             return stats(conn, tenant_id=tenant_id, scope=scope, now=now or utcnow(), settings=self.settings)
 
     def activity(self, *, tenant_id: str, since: datetime | int, limit: int,
-                 entity_types: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """memory_events after ``since`` (a time, or an event id cursor), oldest first."""
+                 entity_types: Sequence[str] | None = None, scope: str | None = None) -> list[dict[str, Any]]:
+        """memory_events after ``since`` (a time, or an event id cursor), oldest first; ``scope`` keeps the events
+        about facts and rules in global + scope and about that butler's episodes (what memory_stats counts)."""
         if limit < 1 or limit > 1000:
             raise InvalidInput("limit: must be between 1 and 1000", field="limit")
         query = select(memory_events).where(memory_events.c.tenant_id == tenant_id)
@@ -155,6 +156,20 @@ class Reader:
             query = query.where(memory_events.c.occurred_at > since)
         if entity_types:
             query = query.where(memory_events.c.entity_type.in_(list(entity_types)))
+        if scope is not None:
+            query = query.where(_about_scope(scope))
         with self._read() as conn:
             rows = conn.execute(query.order_by(memory_events.c.id).limit(limit)).mappings().all()
         return [{k: v for k, v in r.items() if k != "tenant_id"} for r in rows]
+
+
+def _about_scope(scope: str) -> ColumnElement[bool]:
+    """An event is about ``scope`` if its entity is a fact or rule in global + scope, or an episode of that butler.
+    Events about other entities, or about rows since deleted, are not."""
+    event = memory_events.c
+    in_scope = (("fact", facts, facts.c.scope.in_(("global", scope))),
+                ("rule", rules, rules.c.scope.in_(("global", scope))),
+                ("episode", episodes, episodes.c.butler == scope))
+    return or_(*(and_(event.entity_type == kind,
+                      exists().where(table.c.id == event.entity_id, table.c.tenant_id == event.tenant_id, where))
+                 for kind, table, where in in_scope))

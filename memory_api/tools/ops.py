@@ -64,16 +64,16 @@ async def memory_activity_stream(
     request_context: Lineage | None = None,
 ) -> Activity:
     """The tenant's audit trail (memory_events), oldest first: stores, supersessions, confirmations, feedback,
-    forgets, consolidation, maturity changes, with actor and request_id. For dashboards and ops (admin token;
-    tenant-wide, so scope may only be omitted or '*'). Page with next_cursor."""
+    forgets, consolidation, maturity changes, with actor and request_id. For dashboards and ops (admin token).
+    Scope: omitted or '*' for the whole tenant; a butler (or 'global') keeps the events about facts and rules in
+    global + that scope and about that butler's episodes. Page with next_cursor."""
     call = current_call()
-    access.require_admin(call.principal, "memory_activity_stream (the tenant-wide audit trail)")
-    if scope not in (None, access.EVERY_SCOPE):
-        raise InvalidInput("scope: the activity stream is tenant-wide; omit scope or pass '*'", field="scope")
+    access.require_admin(call.principal, "memory_activity_stream (the tenant's audit trail)")
     cursor = parse_since(since)
     reader = call.services.reader
     rows, reason = await call.read_or_degrade(lambda: reader.activity(
-        tenant_id=call.tenant, since=cursor, limit=limit or DEFAULT_ACTIVITY, entity_types=types), [])
+        tenant_id=call.tenant, since=cursor, limit=limit or DEFAULT_ACTIVITY, entity_types=types,
+        scope=None if scope == access.EVERY_SCOPE else scope), [])
     events = [_event(r) for r in rows]
     next_cursor = events[-1].id if events else (cursor if isinstance(cursor, int) else None)
     return Activity(events=events, next_cursor=next_cursor, degraded=reason is not None, reason=reason,

@@ -56,6 +56,14 @@ def test_stats_and_activity(worker, health: Butler, admin: Butler) -> None:
     facts_only = admin.ok("memory_activity_stream", since="2000-01-01T00:00:00Z", types=["fact"])
     assert {e["entity_type"] for e in facts_only["events"]} == {"fact"}
 
+    # a scope keeps the events about that butler's (and global) memories: the health ones, not in another butler's
+    health_events = {e["entity_id"] for e in admin.ok("memory_activity_stream", since=0, scope="health",
+                                                       limit=1000)["events"]}
+    assert set(ids.values()) <= health_events
+    finance_events = {e["entity_id"] for e in admin.ok("memory_activity_stream", since=0, scope="finance",
+                                                        limit=1000)["events"]}
+    assert finance_events.isdisjoint(ids.values())
+
 
 def test_dead_letters_list_show_redrive(worker, api_settings, front: Front, engine: Engine, tenant_a: str,
                                         admin: Butler) -> None:
