@@ -20,9 +20,10 @@ from tests.conftest import ROOT
 SMALL_BENCH_REDIS_URL = os.environ.get("TEST_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 
 
-def _figures(out: str, label: str) -> list[float]:
+def _figures(out: str, label: str, number: str = r"\d+\.\d+") -> list[float]:
+    """The numbers on the printed line that starts with ``label`` (by default those with a decimal point)."""
     line = next(line for line in out.splitlines() if line.startswith(label))
-    return [float(x) for x in re.findall(r"\d+\.\d+", line[len(label):])]
+    return [float(x) for x in re.findall(number, line[len(label):])]
 
 
 def test_latency_and_gather_benchmarks_run_small(empty_database_url, capsys, monkeypatch):
@@ -83,13 +84,11 @@ def test_mcp_benchmark_runs_small(empty_database_url):
     out = _run("bench_mcp.py", "--facts", "300", "--rules", "60", "--tenants", "2", "--clients", "2",
                "--seconds", "1", "--accepts", "10", "--database-url", empty_database_url,
                "--redis-url", SMALL_BENCH_REDIS_URL)
-    line = next(line for line in out.splitlines() if line.startswith("raw candidate SQL"))
-    p50, p95, p99 = (float(x) for x in re.findall(r"\d+\.\d+", line))
+    p50, p95, p99 = _figures(out, "raw candidate SQL")
     assert 0 < p50 <= p95 <= p99, out
     for label in ("memory_context via MCP", "memory_search via MCP", "memory_store_episode accept via MCP",
                   "memory_ingest_batch(50) call via MCP"):
-        line = next(line for line in out.splitlines() if line.startswith(label))
-        p50, p95, p99, rate = (float(x) for x in line[len(label):].split())
+        p50, p95, p99, rate = _figures(out, label, number=r"\d+(?:\.\d+)?")  # the rate has no decimals
         assert 0 < p50 <= p95 <= p99 and rate > 0, (label, out)
     assert _redis_left_empty()
 
