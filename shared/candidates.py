@@ -23,23 +23,23 @@ TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
 # Columns every hit needs for scoring; type-specific ones are NULL for the others.
 _SHARED = "x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, "
 COLUMNS = {
-    "episode": _SHARED + ("NULL::text AS scope, x.butler, NULL::text AS subject, NULL::text AS predicate, "
+    "episode": _SHARED + ("x.session_id, x.occurred_at, NULL::text AS scope, x.butler, NULL::text AS subject, NULL::text AS predicate, "
                           "NULL::text AS permanence, NULL::text AS validity, NULL::text AS maturity, "
                           "NULL::float8 AS confidence, NULL::float8 AS decay_rate, "
                           "NULL::timestamptz AS last_confirmed_at, NULL::float8 AS effectiveness_score"),
-    "fact": _SHARED + ("x.scope, NULL::text AS butler, x.subject, x.predicate, x.permanence, x.validity, "
+    "fact": _SHARED + ("NULL::uuid AS session_id, NULL::timestamptz AS occurred_at, x.scope, NULL::text AS butler, x.subject, x.predicate, x.permanence, x.validity, "
                        "NULL::text AS maturity, x.confidence, x.decay_rate, x.last_confirmed_at, "
                        "NULL::float8 AS effectiveness_score"),
-    "rule": _SHARED + ("x.scope, NULL::text AS butler, NULL::text AS subject, NULL::text AS predicate, x.permanence, "
+    "rule": _SHARED + ("NULL::uuid AS session_id, NULL::timestamptz AS occurred_at, x.scope, NULL::text AS butler, NULL::text AS subject, NULL::text AS predicate, x.permanence, "
                        "x.validity, x.maturity, x.confidence, x.decay_rate, x.last_confirmed_at, "
                        "x.effectiveness_score"),
 }
 
 # An OR over the query's own lexemes: websearch_to_tsquery would require every term.
 KEYWORD_CTE = """
-lex AS MATERIALIZED (SELECT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS lq
-                     FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', :query)) AS t) d),
-q AS MATERIALIZED (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS tsq FROM lex)
+lex AS MATERIALIZED (SELECT DISTINCT lexeme FROM unnest(to_tsvector('english', :query)) AS t),
+q AS MATERIALIZED (SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) AS tsq FROM lex),
+la AS MATERIALIZED (SELECT coalesce(array_agg(lexeme), '{}') AS a FROM lex)
 """
 
 
@@ -52,6 +52,8 @@ class Filter:
     butlers: tuple[str, ...] | None     # episodes; None = every butler (admin)
     min_confidence: float | None        # facts/rules: effective confidence floor; None = no floor
     now: datetime
+    since: datetime | None = None       # episodes: occurred_at >= since
+    until: datetime | None = None       # episodes: occurred_at < until
 
 
 def _where(kind: str, f: Filter, params: dict[str, Any]) -> str:
@@ -64,7 +66,10 @@ def _where(kind: str, f: Filter, params: dict[str, Any]) -> str:
         params["scopes"] = list(f.scopes)
     if _floor(f):
         params["min_confidence"] = f.min_confidence
-    return _where_sql(kind, f.scopes is not None, f.butlers is not None, _floor(f))
+    bounds = (kind == "episode" and f.since is not None, kind == "episode" and f.until is not None)
+    params.update({name: value for name, value, on in (("since", f.since, bounds[0]), ("until", f.until, bounds[1]))
+                   if on})
+    return _where_sql(kind, f.scopes is not None, f.butlers is not None, _floor(f), *bounds)
 
 
 def _floor(f: Filter) -> bool:
@@ -72,12 +77,14 @@ def _floor(f: Filter) -> bool:
 
 
 @lru_cache(maxsize=64)
-def _where_sql(kind: str, by_scope: bool, by_butler: bool, floor: bool) -> str:
+def _where_sql(kind: str, by_scope: bool, by_butler: bool, floor: bool, since: bool = False,
+               until: bool = False) -> str:
     clauses = ["x.tenant_id = :tenant_id"]
     if kind == "episode":
         clauses += ["x.forgotten_at IS NULL", "x.expires_at > :now"]
         if by_butler:
             clauses.append("x.butler = ANY(:butlers)")
+        clauses += ["x.occurred_at >= :since"] * since + ["x.occurred_at < :until"] * until
         return " AND ".join(clauses)
     clauses.append("x.validity IN ('active', 'fading')")
     if by_scope:
@@ -102,7 +109,7 @@ def read_settings(*, pool: int, timeout_ms: int, generic_plans: bool = False) ->
 
 
 VISIBLE_TTL_S = 30.0
-_visible_cache: dict[tuple, tuple[int, float]] = {}
+_visible_cache: dict[tuple, tuple[int, float, float]] = {}
 # Visible rows up to which a keyword match is tested on the caller's rows rather than by a table-wide GIN scan
 # (measured: 26 ms vs 2 ms at 100k facts for a 1k-row tenant).
 SMALL_SCOPE = 20_000
@@ -111,33 +118,54 @@ SMALL_SCOPE = 20_000
 EXACT_SCOPE = 5_000
 
 
+@dataclass(frozen=True)
+class Bm25:
+    """The keyword leg's BM25 constants: ``k1`` (term-frequency saturation), ``b`` (length normalisation) and
+    ``context_weight`` (what a term in an episode's preceding turn counts for, against 1 in its own text)."""
+
+    k1: float = 0.6
+    b: float = 0.3
+    context_weight: float = 0.3
+
+
 def gather(
     conn: Connection, *, kinds: Sequence[str], f: Filter, query: str, query_vec: str | None, pool: int,
-    keyword: bool = True, cap: int = 5000,
+    keyword: bool = True, cap: int = 5000, bm25: Bm25 = Bm25(),
 ) -> dict[str, list[dict[str, Any]]]:
     """Every kind's candidates in one statement (one round trip, one plan): the ``pool`` nearest rows by cosine
-    (if ``query_vec``) and the ``pool`` best rows by keyword score (if ``keyword``), each row once.
+    (if ``query_vec``) and the ``pool`` best rows by BM25 (if ``keyword``), each row once, each scored on both legs.
 
-    A row carries ``semantic`` (cosine similarity clamped to [0, 1]) and ``keyword`` (its share of the query's idf
-    weight, in [0, 1]: 1.0 means every term is in the row); either is None where the row is not in that list.
-    Run it inside a transaction that applied :func:`read_settings`.
+    A row carries ``semantic`` (cosine similarity clamped to [0, 1]; an episode is as near as its nearest vector:
+    itself, itself after its preceding turn, or a window of it) and ``keyword`` (its BM25 score over the query's
+    idf total, in [0, 1] but for repeated terms: 1.0 is every term once at average length); None where that leg
+    did not run. Run it inside a transaction that applied :func:`read_settings`.
     """
     out: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     if query_vec is None and not keyword:
         return out
-    params: dict[str, Any] = {"query": query, "vec": query_vec, "pool": pool, "cap": cap}
-    shapes = []
-    for kind in kinds:
-        where = _where(kind, f, params)
-        visible = _visible_rows(conn, kind=kind, f=f, limit=SMALL_SCOPE)
-        params[f"n_{kind}"] = float(visible)
-        shapes.append((kind, where, visible < EXACT_SCOPE, visible < SMALL_SCOPE))
-    result = conn.execute(_statement(tuple(shapes), semantic=query_vec is not None, keyword=keyword), params)
+    result = conn.execute(*prepare(conn, kinds=kinds, f=f, query=query, query_vec=query_vec, pool=pool,
+                                   keyword=keyword, cap=cap, bm25=bm25))
     names = list(result.keys())
     for values in result.all():
         row = dict(zip(names, values))
         out[row["kind"]].append(row)
     return out
+
+
+def prepare(
+    conn: Connection, *, kinds: Sequence[str], f: Filter, query: str, query_vec: str | None, pool: int,
+    keyword: bool = True, cap: int = 5000, bm25: Bm25 = Bm25(),
+) -> tuple[TextClause, dict[str, Any]]:
+    """:func:`gather`'s statement and parameters (the scope sizes it needs come from a cached count)."""
+    params: dict[str, Any] = {"query": query, "vec": query_vec, "pool": pool, "cap": cap, "k1": bm25.k1,
+                              "b": bm25.b, "ctx_weight": bm25.context_weight}
+    shapes = []
+    for kind in kinds:
+        where = _where(kind, f, params)
+        visible, params[f"avgdl_{kind}"] = _visible_rows(conn, kind=kind, f=f, limit=SMALL_SCOPE)
+        params[f"n_{kind}"] = float(visible)
+        shapes.append((kind, where, visible < EXACT_SCOPE, visible < SMALL_SCOPE))
+    return _statement(tuple(shapes), semantic=query_vec is not None, keyword=keyword), params
 
 
 @lru_cache(maxsize=256)
@@ -150,75 +178,126 @@ def _statement(shapes: tuple[tuple[str, str, bool, bool], ...], *, semantic: boo
         table = TABLES[kind]
         exact = semantic and small
         if scoped:
-            # The caller's rows, read once: their distance (small scopes) and their terms.
-            cols = ["x.id", "x.ctid AS tid", "x.created_at"] + (["x.search_vector"] if keyword else [])
+            # The caller's rows, read once: their distance (small scopes), their terms and their length.
+            cols = ["x.id", "x.ctid AS tid", "x.created_at"]
+            cols += ["x.search_vector", f"{_CONTEXT[kind]} AS context_vector", _LENGTH] if keyword else []
             # Every embedding is L2-normalised, so cosine distance is 1 - inner product; the inner product skips
             # the two norms (measured: 0.75 -> 0.38 ms per 700 rows). The HNSW path keeps <=>, its index's operator.
             cols += ["1 + (x.embedding <#> CAST(:vec AS vector)) AS d"] if exact else []
             ctes.append(f"scoped_{kind} AS MATERIALIZED (SELECT {', '.join(cols)} FROM {table} x WHERE {where})")
         lists = []
         if semantic:
-            source = (f"SELECT id, tid, d FROM scoped_{kind} ORDER BY d LIMIT :pool" if exact else
-                      # ORDER BY the selected distance: the HNSW index can serve it (iterative scan for the filter).
-                      f"SELECT x.id, x.ctid AS tid, x.embedding <=> CAST(:vec AS vector) AS d FROM {table} x "
-                      f"WHERE {where} ORDER BY d LIMIT :pool")
-            ctes.append(f"sem_{kind} AS MATERIALIZED ({source})")
-            lists.append(f"SELECT id, tid, greatest(0, 1 - d) AS s, NULL::float8 AS k FROM sem_{kind}")
+            ctes.append(f"sem_{kind} AS MATERIALIZED ({_nearest(kind, table, where, exact)})")
+            lists.append(f"SELECT id, tid FROM sem_{kind}")
         if keyword:
             ctes.append(_keyword_ctes(kind=kind, table=table, where=where, scoped=scoped))
-            lists.append(f"SELECT id, tid, NULL::float8 AS s, relevance AS k FROM key_{kind}")
-        ctes.append(f"ids_{kind} AS (SELECT id, tid, max(s) AS s, max(k) AS k FROM ({' UNION ALL '.join(lists)}) u "
-                    "GROUP BY id, tid)")
+            lists.append(f"SELECT id, tid FROM key_{kind}")
+        ctes.append(f"ids_{kind} AS (SELECT DISTINCT id, tid FROM ({' UNION ALL '.join(lists)}) u)")
         # Back to the row by its tuple id, which every list carries: the statement's one snapshot keeps the
         # version it saw, and a TID fetch skips the primary-key descent (measured: 0.6-0.75 ms less per gather).
-        selects.append(f"SELECT '{kind}' AS kind, {COLUMNS[kind]}, i.s AS semantic, i.k AS keyword "
-                       f"FROM ids_{kind} i JOIN {table} x ON x.ctid = i.tid")
+        # Both legs are scored for every row, whichever list found it (the rows are in hand: cheap).
+        sem = (f"greatest(0, 1 - {_distance(kind, 'x')})" if semantic else "NULL::float8")
+        key = (f"coalesce(b.bm25, 0) / nullif((SELECT sum(w) FROM idf_{kind}), 0)" if keyword else "NULL::float8")
+        join = f" LEFT JOIN bm_{kind} b ON b.id = i.id" if keyword else ""
+        selects.append(f"SELECT '{kind}' AS kind, {COLUMNS[kind]}, {sem} AS semantic, {key} AS keyword "
+                       f"FROM ids_{kind} i JOIN {table} x ON x.ctid = i.tid{join}")
     return text("WITH " + ",\n".join(ctes) + "\n" + "\nUNION ALL\n".join(selects))
 
 
+# An episode's preceding turn(s) are a second keyword field; facts and rules have none.
+_CONTEXT = {"episode": "x.context_vector", "fact": "''::tsvector", "rule": "''::tsvector"}
+# BM25's document length: the content's word pieces, stored at write time (NULL for rows written before).
+_LENGTH = "coalesce(x.content_tokens, 16)::float8 AS dl"
+# An episode's other vectors (itself after its preceding turn; windows of a long one): the nearest counts.
+_VIEWS = "(SELECT min(v.embedding <=> CAST(:vec AS vector)) FROM episode_vectors v WHERE v.episode_id = {a}.id)"
+
+
+def _distance(kind: str, alias: str) -> str:
+    own = f"({alias}.embedding <=> CAST(:vec AS vector))"
+    return f"least({own}, {_VIEWS.format(a=alias)})" if kind == "episode" else own
+
+
+def _nearest(kind: str, table: str, where: str, exact: bool) -> str:
+    """The ``pool`` nearest rows (id, tid): an exact sort of the caller's rows, or the HNSW index (iterative scan
+    for the filter); an episode also by its other vectors."""
+    if exact and kind != "episode":
+        return "SELECT id, tid FROM scoped_{k} ORDER BY d LIMIT :pool".format(k=kind)
+    if exact:
+        return ("SELECT s.id, s.tid FROM scoped_episode s LEFT JOIN (SELECT v.episode_id AS id, "
+                "min(1 + (v.embedding <#> CAST(:vec AS vector))) AS d FROM episode_vectors v "
+                "WHERE v.tenant_id = :tenant_id GROUP BY v.episode_id) v ON v.id = s.id "
+                "ORDER BY least(s.d, coalesce(v.d, 2)) LIMIT :pool")
+    # ORDER BY the selected distance: the HNSW index can serve it (iterative scan for the filter).
+    own = (f"SELECT x.id, x.ctid AS tid, x.embedding <=> CAST(:vec AS vector) AS d FROM {table} x "
+           f"WHERE {where} ORDER BY d LIMIT :pool")
+    if kind != "episode":
+        return own
+    views = ("SELECT v.episode_id AS id, v.embedding <=> CAST(:vec AS vector) AS d FROM episode_vectors v "
+             "WHERE v.tenant_id = :tenant_id ORDER BY d LIMIT :pool")
+    return (f"SELECT id, tid FROM (SELECT id, tid, min(d) AS d FROM (({own}) UNION ALL "
+            f"(SELECT x.id, x.ctid AS tid, v.d FROM ({views}) v JOIN episodes x ON x.id = v.id WHERE {where})) u "
+            "GROUP BY id, tid ORDER BY d LIMIT :pool) n")
+
+
 def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool) -> str:
-    """CTEs ending in ``key_{kind}(id, tid, relevance)``: rows containing any query term, scored by the summed rarity
-    (BM25 idf over the caller's visible rows) of the terms they contain, over the idf of all the query's terms.
+    """CTEs ending in ``bm_{kind}(id, bm25)`` (every row holding a query term) and ``key_{kind}(id, tid)`` (the
+    ``pool`` best): Okapi BM25 with idf over the caller's visible rows, stemmed lexemes (the ``english``
+    configuration for query and rows alike), length from the content's word pieces.
 
-    Each candidate is matched against each query term once (``hits_{kind}``: a row per candidate and term it
-    contains); the document frequencies and the scores are both counted from those pairs."""
+    A term's frequency is read from the row's positions of the query's lexemes only (``setweight`` marks them,
+    ``ts_filter`` keeps them: measured 10 ms vs 27 ms for unnesting whole vectors at 1.4k rows); in an episode's
+    preceding turn it counts ``ctx_weight`` times."""
     if scoped:
-        cand = (f"cand_{kind} AS MATERIALIZED (SELECT s.id, s.tid, s.created_at, s.search_vector "
-                f"FROM scoped_{kind} s, q WHERE q.tsq IS NOT NULL AND s.search_vector @@ q.tsq LIMIT :cap)")
+        cand = (f"cand_{kind} AS MATERIALIZED (SELECT s.id, s.tid, s.created_at, s.search_vector, s.context_vector, "
+                f"s.dl FROM scoped_{kind} s, q WHERE q.tsq IS NOT NULL "
+                f"AND (s.search_vector @@ q.tsq OR s.context_vector @@ q.tsq) LIMIT :cap)")
+        avgdl = f"(SELECT avg(dl) FROM scoped_{kind})"
+        n = f"(SELECT count(*)::float8 FROM scoped_{kind})"  # exact, and bounded in time as the read is
     else:
-        cand = (f"cand_{kind} AS MATERIALIZED (SELECT x.id, x.ctid AS tid, x.created_at, x.search_vector "
-                f"FROM {table} x, q WHERE q.tsq IS NOT NULL AND x.search_vector @@ q.tsq AND {where} LIMIT :cap)")
+        cand = (f"cand_{kind} AS MATERIALIZED (SELECT x.id, x.ctid AS tid, x.created_at, x.search_vector, "
+                f"{_CONTEXT[kind]} AS context_vector, {_LENGTH} FROM {table} x, q WHERE q.tsq IS NOT NULL "
+                f"AND x.search_vector @@ q.tsq AND {where} LIMIT :cap)")
+        avgdl = f":avgdl_{kind}"
+        n = f":n_{kind}"
     return f"""{cand},
-hits_{kind} AS MATERIALIZED (
-    SELECT c.id, c.tid, c.created_at, l.lexeme FROM cand_{kind} c JOIN lex l ON c.search_vector @@ l.lq),
+tf_{kind} AS MATERIALIZED (
+    SELECT c.id, u.lexeme, sum(u.n) AS tf FROM cand_{kind} c, la, LATERAL (
+        SELECT t.lexeme, cardinality(t.positions)::float8 AS n
+        FROM unnest(ts_filter(setweight(c.search_vector, 'A', la.a), '{{a}}')) t
+        UNION ALL
+        SELECT t.lexeme, :ctx_weight * cardinality(t.positions) FROM unnest(ts_filter(setweight(c.context_vector, 'A', la.a), '{{a}}')) t
+    ) u GROUP BY c.id, u.lexeme),
 idf_{kind} AS MATERIALIZED (
-    SELECT lexeme, ln(1 + (:n_{kind} - n + 0.5) / (n + 0.5)) AS w
-    FROM (SELECT l.lexeme, count(h.id)::float8 AS n FROM lex l LEFT JOIN hits_{kind} h USING (lexeme)
-          GROUP BY l.lexeme) d),
-key_{kind} AS (SELECT h.id, h.tid, sum(i.w) / nullif((SELECT sum(w) FROM idf_{kind}), 0) AS relevance
-         FROM hits_{kind} h JOIN idf_{kind} i USING (lexeme)
-         GROUP BY h.id, h.tid, h.created_at
-         ORDER BY relevance DESC, h.created_at DESC, h.id ASC LIMIT :pool)"""
+    SELECT l.lexeme, ln(1 + (greatest({n}, coalesce(d.n, 0)) - coalesce(d.n, 0) + 0.5) / (coalesce(d.n, 0) + 0.5)) AS w
+    FROM lex l LEFT JOIN (SELECT lexeme, count(*)::float8 AS n FROM tf_{kind} GROUP BY lexeme) d USING (lexeme)),
+bm_{kind} AS MATERIALIZED (
+    SELECT t.id, c.tid, c.created_at,
+           sum(i.w * t.tf * (:k1 + 1) / (t.tf + :k1 * (1 - :b + :b * c.dl / {avgdl}))) AS bm25
+    FROM tf_{kind} t JOIN idf_{kind} i USING (lexeme) JOIN cand_{kind} c ON c.id = t.id
+    GROUP BY t.id, c.tid, c.created_at),
+key_{kind} AS (SELECT id, tid FROM bm_{kind} ORDER BY bm25 DESC, created_at DESC, id ASC LIMIT :pool)"""
 
 
-def _visible_rows(conn: Connection, *, kind: str, f: Filter, limit: int) -> int:
-    """How many rows the caller may see, counted up to ``limit`` (the N of the idf; capped for huge scopes).
+def _visible_rows(conn: Connection, *, kind: str, f: Filter, limit: int) -> tuple[int, float]:
+    """How many rows the caller may see, counted up to ``limit`` (the N of the idf; capped for huge scopes), and
+    their mean length in word pieces (BM25's average document length on the index paths).
 
-    Cached per process for VISIBLE_TTL_S: it only picks a plan shape and scales idf, and scopes grow slowly.
+    Cached per process for VISIBLE_TTL_S: it only picks a plan shape and scales BM25, and scopes grow slowly.
     """
     key = (kind, f.tenant_id, f.scopes, f.butlers)
     hit = _visible_cache.get(key)
     now = time.monotonic()
-    if hit is not None and now - hit[1] < VISIBLE_TTL_S:
-        return hit[0]
+    if hit is not None and now - hit[2] < VISIBLE_TTL_S:
+        return hit[0], hit[1]
     params: dict[str, Any] = {"limit": limit}
-    where = _where(kind, Filter(f.tenant_id, f.scopes, f.butlers, None, f.now), params)
-    count = conn.execute(text(f"SELECT count(*) FROM (SELECT 1 FROM {TABLES[kind]} x WHERE {where} LIMIT :limit) s"),
-                         params).scalar_one()
+    where = _where(kind, Filter(f.tenant_id, f.scopes, f.butlers, None, f.now), params)  # unbounded in time
+    count, avgdl = conn.execute(text(
+        f"SELECT count(*), coalesce(avg(dl), 16) FROM (SELECT {_LENGTH} FROM {TABLES[kind]} x WHERE {where} "
+        "LIMIT :limit) s"), params).one()
     if len(_visible_cache) > 50_000:
         _visible_cache.clear()
-    _visible_cache[key] = (count, now)
-    return count
+    _visible_cache[key] = (count, float(avgdl), now)
+    return count, float(avgdl)
 
 
 def recent_episodes(conn: Connection, *, f: Filter, limit: int) -> list[dict[str, Any]]:
@@ -226,5 +305,5 @@ def recent_episodes(conn: Connection, *, f: Filter, limit: int) -> list[dict[str
     params: dict[str, Any] = {"limit": limit}
     where = _where("episode", f, params)
     sql = (f"SELECT {COLUMNS['episode']}, 0.0::float8 AS relevance FROM episodes x WHERE {where} "
-           "ORDER BY x.created_at DESC, x.id ASC LIMIT :limit")
+           "ORDER BY x.occurred_at DESC, x.seq DESC, x.id ASC LIMIT :limit")
     return [dict(r) for r in conn.execute(text(sql), params).mappings()]

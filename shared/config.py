@@ -75,6 +75,17 @@ class ScoreWeights(_Section):
     confidence: float = Field(0.1, ge=0, le=1)
 
 
+class SemanticWeights(_Section):
+    """fusion="value": the cosine's weight against BM25's, per memory type. Raw conversation turns keep the
+    speaker's own words, so their exact terms count for more (chosen on the conversation dev split); facts and rules
+    are rewritten, normalised statements whose shared words with a question are mostly incidental (chosen on the
+    synthetic set, where keyword noise reorders paraphrases below 0.9)."""
+
+    episode: float = Field(0.6, ge=0, le=1)
+    fact: float = Field(0.9, ge=0, le=1)
+    rule: float = Field(0.9, ge=0, le=1)
+
+
 class SectionQuotas(_Section):
     """Share of the context token budget each section is first given (rules' share covers the anti-pattern
     warnings, a quarter of it); unused share flows to later sections, and what is left at the end goes back to the
@@ -91,14 +102,30 @@ class RetrievalSettings(_Section):
     context_token_budget: int = Field(3000, ge=50, le=32_000)
     score_weights: ScoreWeights = ScoreWeights()
     section_quotas: SectionQuotas = SectionQuotas()
+    # Hybrid fusion: "value" = semantic_weight * cosine + (1 - semantic_weight) * BM25 share, both legs scored for
+    # every candidate; "rrf" = reciprocal rank fusion of the two lists (the seed's; kept as an option).
+    # The defaults were chosen on the conversation dev split (BENCHMARKS.md, "Conversation retrieval").
+    fusion: Literal["value", "rrf"] = "value"
+    semantic_weight: SemanticWeights = SemanticWeights()
+    keyword_exponent: float = Field(2.0, ge=1, le=4)  # >1: a partial keyword match is weak evidence
+    bm25_k1: float = Field(0.6, gt=0, le=3)     # term-frequency saturation: chat turns are short, saturate early
+    bm25_b: float = Field(0.3, ge=0, le=1)      # length normalisation: long assistant turns are not penalised much
+    # What a query term found in an episode's preceding turn counts for (1 = as in the episode itself).
+    context_weight: float = Field(0.3, ge=0, le=1)
+    # Each further hit of a session (episodes) or subject+predicate (facts) already listed scores this much less
+    # (multiplied once per earlier hit): the top of a list covers more of what was said. 1 = no diversification.
+    diversity_decay: float = Field(0.9, gt=0, le=1)
     rrf_k: int = Field(60, ge=1)
-    # In hybrid mode a keyword match joins the fusion only if it covers more than this share of the query's idf weight:
-    # a clear majority, so a row holding one of two similarly rare terms (share ~0.5) stays out.
+    # fusion="rrf" only: a keyword match joins the fusion only if it covers more than this share of the query's idf
+    # weight: a clear majority, so a row holding one of two similarly rare terms (share ~0.5) stays out.
     hybrid_keyword_min_strength: float = Field(0.6, ge=0, le=1)
     # Recency is exp(-rate * days since last reference); 0.05/day halves in ~14 days.
     recency_decay_per_day: float = Field(0.05, ge=0)
     candidate_pool: int = Field(50, ge=1, le=1000)
+    # memory_context's episodes: the best matches for the prompt, ranked by (1 - share) * relevance + share *
+    # recency of when they happened; the newest few always compete (the conversation so far).
     context_recent_episodes: int = Field(5, ge=0, le=100)
+    context_episode_recency: float = Field(0.2, ge=0, le=1)
     read_timeout_ms: int = Field(2000, ge=10, le=60_000)
 
 
@@ -133,6 +160,8 @@ class ScheduleSettings(_Section):
 
 class ConsolidationSettings(_Section):
     extractor: Literal["heuristic", "openai", "command"] = "heuristic"
+    # Consolidate a key as soon as its episodes are applied (else only on the schedule and the backlog trigger).
+    after_apply: bool = True
     batch_size: int = Field(50, ge=1, le=1000)
     max_attempts: int = Field(5, ge=1, le=100)
     backoff_base_seconds: float = Field(30, gt=0)

@@ -55,7 +55,7 @@ def _parts(hit: Hit, now: datetime) -> tuple[str, str, str]:
         return "-", content, f"[{hit.permanence}, confirmed {age(hit.last_confirmed_at or hit.created_at, now)} ago]"
     if hit.type == "rule":
         return "-", content, f"[{hit.maturity}, {hit.scope}]"
-    return f"- [{age(hit.created_at, now)} ago]", content, ""
+    return f"- [{age(hit.occurred_at or hit.created_at, now)} ago]", content, ""
 
 
 def _join(before: str, content: str, after: str) -> str:

@@ -256,6 +256,16 @@ class TokenCounter:
 
 
 @lru_cache(maxsize=1)
+def _offsets_tokenizer():  # noqa: ANN202 - tokenizers.Tokenizer
+    return _tokenizer(pad=False)
+
+
+def word_piece_offsets(texts: Sequence[str]) -> list[list[tuple[int, int]]]:
+    """Each text's word pieces as character spans (no special tokens): where the model's windows may cut."""
+    return [list(e.offsets) for e in _offsets_tokenizer().encode_batch(list(texts), add_special_tokens=False)]
+
+
+@lru_cache(maxsize=1)
 def get_token_counter() -> TokenCounter:
     return TokenCounter()
 

@@ -108,6 +108,20 @@ episodes = Table(
     _ts("forgotten_at"),
     Column("request_id", Text),
     Column("metadata", JSONB, nullable=False, server_default="{}"),
+    _ts("occurred_at", nullable=False),
+    Column("preceding", Text),  # the turn before it in its session (see shared.conversation)
+    Column("context_vector", TSVECTOR, Computed("to_tsvector('english', coalesce(preceding, ''))", persisted=True)),
+)
+
+# An episode's other embeddings: n = 0 itself after its preceding turn, n >= 1 windows of a long one
+# (see shared.conversation).
+episode_vectors = Table(
+    "episode_vectors", metadata,
+    Column("episode_id", UUID(as_uuid=True), primary_key=True),
+    Column("n", SmallInteger, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("butler", Text, nullable=False),
+    Column("embedding", Vector(EMBEDDING_DIM), nullable=False),
 )
 
 facts = Table(

@@ -72,24 +72,29 @@ class Reader:
                 raise Unavailable(f"database unavailable: {type(exc).__name__}") from exc
             raise
 
-    def _filter(self, tenant_id: str, visibility: Visibility, min_confidence: float | None, now: datetime) -> Filter:
+    def _filter(self, tenant_id: str, visibility: Visibility, min_confidence: float | None, now: datetime,
+                since: datetime | None = None, until: datetime | None = None) -> Filter:
         return Filter(tenant_id=tenant_id, scopes=visibility.scopes, butlers=visibility.butlers,
-                      min_confidence=min_confidence, now=now)
+                      min_confidence=min_confidence, now=now, since=since, until=until)
 
-    def _bump(self, hits: Sequence[Hit]) -> None:
+    def _bump(self, hits: Sequence[Hit], *, recent: bool = True) -> None:
         if self._bumper is not None:
-            self._bumper.add((h.type, h.id) for h in hits)
+            self._bumper.add(((h.type, h.id) for h in hits), recent=recent)
 
     def _vector(self, query: str) -> Future[str]:
         return self._embedding.submit(lambda: to_pgvector(self._embed(query)))
 
     def search(self, *, tenant_id: str, visibility: Visibility, query: str, types: Sequence[str], mode: str,
-               limit: int, min_confidence: float | None, now: datetime | None = None) -> list[Hit]:
+               limit: int, min_confidence: float | None, now: datetime | None = None,
+               since: datetime | None = None, until: datetime | None = None) -> list[Hit]:
+        """memory_search; ``since``/``until`` bound the episodes by when they happened (facts and rules unbounded)."""
         now = now or utcnow()
+        if since is not None and until is not None and since >= until:
+            raise InvalidInput("until: must be later than since", field="until")
         floor = self.settings.memory.facts.retrieval_confidence_threshold if min_confidence is None else min_confidence
         vec = self._vector(query) if mode != "keyword" else None
         with self._read(generic_plans=True) as conn:
-            hits = retrieval.search(conn, f=self._filter(tenant_id, visibility, floor, now), query=query,
+            hits = retrieval.search(conn, f=self._filter(tenant_id, visibility, floor, now, since, until), query=query,
                                     vector=None if vec is None else vec.result, types=types, mode=mode, limit=limit,
                                     settings=self.retrieval)
         self._bump(hits)
@@ -114,16 +119,15 @@ class Reader:
         f = self._filter(tenant_id, visibility, self.settings.memory.facts.retrieval_confidence_threshold, now)
         vec = self._vector(trigger_prompt)
         with self._read(generic_plans=True) as conn:
-            recent = retrieval.recent_episodes(conn, f=f, limit=self.retrieval.context_recent_episodes,
-                                               settings=self.retrieval)
-            ranked = retrieval.recall(conn, f=f, topic=trigger_prompt, vector=vec.result,
-                                      limit=self.retrieval.candidate_pool, settings=self.retrieval)
+            found = retrieval.context_sections(conn, f=f, topic=trigger_prompt, vector=vec.result,
+                                               recent=self.retrieval.context_recent_episodes, settings=self.retrieval)
         block = context_builder.build(
-            facts=[h for h in ranked if h.type == "fact"], rules=[h for h in ranked if h.type == "rule"],
-            episodes=recent, budget=budget, quotas=self.retrieval.section_quotas, count=self._count, now=now,
+            facts=found["fact"], rules=found["rule"], episodes=found["episode"], budget=budget,
+            quotas=self.retrieval.section_quotas, count=self._count, now=now,
         )
         included = {i for ids in block.included.values() for i in ids}
-        self._bump([h for h in (*ranked, *recent) if str(h.id) in included])
+        # Shown, not used: counted, but recency is left alone (see shared.references.flush_bumps).
+        self._bump([h for hits in found.values() for h in hits if str(h.id) in included], recent=False)
         return block
 
     def get(self, *, tenant_id: str, visibility: Visibility, kind: str, entity_id: uuid.UUID) -> dict[str, Any]:

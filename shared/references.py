@@ -20,18 +20,28 @@ log = logging.getLogger(__name__)
 TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
 
 
-def flush_bumps(conn, counts: Counter[tuple[str, uuid.UUID]], now: datetime) -> int:  # noqa: ANN001 - Connection
-    """Apply accumulated bumps: one statement per type. Returns rows touched."""
+Bump = tuple[str, uuid.UUID, bool]  # (type, id, recent): ``recent`` also makes the memory count as just used
+
+
+def flush_bumps(conn, counts: Counter[Bump], now: datetime) -> int:  # noqa: ANN001 - Connection
+    """Apply accumulated bumps: one statement per type. Returns rows touched.
+
+    Every bump adds to ``reference_count``; only a use (search, recall, get) moves ``last_referenced_at``. Being
+    shown in a context block does not: recency weighs in the block's own ranking, so a memory shown yesterday
+    would otherwise outrank a better match today only because it was shown (a rich-get-richer loop)."""
     touched = 0
     for kind, table in TABLES.items():
-        ids = [str(i) for (k, i) in counts if k == kind]
-        if not ids:
+        mine = [(i, recent, n) for (k, i, recent), n in counts.items() if k == kind]
+        if not mine:
             continue
-        incs = [counts[(kind, uuid.UUID(i))] for i in ids]
         touched += conn.execute(text(
-            f"UPDATE {table} t SET reference_count = t.reference_count + b.n, last_referenced_at = :now "
-            "FROM unnest(CAST(:ids AS uuid[]), CAST(:incs AS int[])) AS b(id, n) WHERE t.id = b.id"
-        ), {"ids": ids, "incs": incs, "now": now}).rowcount
+            f"UPDATE {table} t SET reference_count = t.reference_count + b.n, "
+            "last_referenced_at = CASE WHEN b.recent THEN greatest(t.last_referenced_at, :now) "
+            "ELSE t.last_referenced_at END "
+            "FROM (SELECT id, sum(n)::int AS n, bool_or(recent) AS recent FROM unnest(CAST(:ids AS uuid[]), "
+            "CAST(:recent AS boolean[]), CAST(:incs AS int[])) AS u(id, recent, n) GROUP BY id) b WHERE t.id = b.id"
+        ), {"ids": [str(i) for i, _, _ in mine], "recent": [r for _, r, _ in mine],
+            "incs": [n for _, _, n in mine], "now": now}).rowcount
     return touched
 
 
@@ -41,15 +51,16 @@ class ReferenceBumper:
     def __init__(self, engine: Engine, *, interval: float = 1.0) -> None:
         self._engine = engine
         self._interval = interval
-        self._pending: Counter[tuple[str, uuid.UUID]] = Counter()
+        self._pending: Counter[Bump] = Counter()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reference-bumper", daemon=True)
         self._thread.start()
 
-    def add(self, items: Iterable[tuple[str, uuid.UUID]]) -> None:
+    def add(self, items: Iterable[tuple[str, uuid.UUID]], *, recent: bool = True) -> None:
+        """Count a reference to each (type, id); ``recent``: it was used, not only shown (see flush_bumps)."""
         with self._lock:
-            self._pending.update(items)
+            self._pending.update((kind, i, recent) for kind, i in items)
 
     def flush(self) -> int:
         with self._lock:

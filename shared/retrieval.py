@@ -15,8 +15,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from shared import candidates
-from shared.candidates import Filter
+from shared.candidates import Bm25, Filter
 from shared.config import RetrievalSettings
+from shared.fusion import diversify, fuse
 from shared.schemas import Hit
 from shared.scoring import composite_score, effective_confidence, normalise_rrf, recency, rrf, rule_weight
 
@@ -35,21 +36,26 @@ def _candidates(
     compete for them, and the caller's rows are then read twice.)"""
     found = candidates.gather(conn, kinds=kinds, f=f, query=query, pool=settings.candidate_pool,
                               query_vec=vector() if mode != "keyword" and vector is not None else None,
-                              keyword=mode != "semantic")
-    return [(kind, row) for kind in kinds for row in _relevance(found[kind], mode=mode, settings=settings)]
+                              keyword=mode != "semantic",
+                              bm25=Bm25(settings.bm25_k1, settings.bm25_b, settings.context_weight))
+    return [(kind, row) for kind in kinds for row in _relevance(found[kind], kind=kind, mode=mode, settings=settings)]
 
 
-def _relevance(rows: list[Row], *, mode: str, settings: RetrievalSettings) -> list[Row]:
+def _relevance(rows: list[Row], *, kind: str, mode: str, settings: RetrievalSettings) -> list[Row]:
     if mode in ("semantic", "keyword"):
-        listed = [r for r in rows if r[mode] is not None]
+        listed = [r for r in rows if r[mode]]
         for r in listed:
             r["relevance"] = r[mode]
         return listed
-    # Keyword evidence enters the fusion only where a row carries a clear majority (by default 0.6) of the query's
-    # term weight: a partial match on a few common words is weak evidence, and RRF's flat top ranks would let it
-    # reorder strong semantic matches (measured: paraphrase recall@1 0.87 semantic vs 0.60 hybrid without a floor;
-    # at 0.5, "how do they get to work?" let "Gets hives after eating peanuts" (share 0.54) push the answer from
-    # rank 7 to 8).
+    if settings.fusion == "value":
+        for r in rows:
+            r["relevance"] = fuse(semantic=r["semantic"], keyword=r["keyword"],
+                                  semantic_weight=getattr(settings.semantic_weight, kind), keyword_exponent=settings.keyword_exponent)
+        return rows
+    # RRF: keyword evidence enters only where a row carries a clear majority (by default 0.6) of the query's term
+    # weight: a partial match on a few common words is weak evidence, and RRF's flat top ranks would let it reorder
+    # strong semantic matches (measured on the synthetic set: paraphrase recall@1 0.87 semantic vs 0.60 hybrid
+    # without a floor).
     floor = settings.hybrid_keyword_min_strength
     sem_rank = _tied_ranks([(r["id"], r["semantic"]) for r in rows if r["semantic"] is not None])
     key_rank = _tied_ranks([(r["id"], r["keyword"]) for r in rows if r["keyword"] is not None and r["keyword"] > floor])
@@ -89,8 +95,8 @@ def _score(kind: str, row: Row, *, f: Filter, settings: RetrievalSettings) -> fl
     return round(score * rule_weight(row["maturity"]) if kind == "rule" else score, 6)
 
 
-HIT_FIELDS = ("id", "content", "content_tokens", "created_at", "importance", "scope", "butler", "subject", "predicate",
-              "permanence", "validity", "maturity", "effectiveness_score", "last_confirmed_at", "last_referenced_at")
+HIT_FIELDS = ("id", "content", "content_tokens", "created_at", "occurred_at", "session_id", "importance", "scope",
+              "butler", "subject", "predicate", "permanence", "validity", "maturity", "effectiveness_score", "last_confirmed_at", "last_referenced_at")
 
 
 def _hit(kind: str, row: Row, *, score: float, f: Filter) -> Hit:
@@ -100,14 +106,24 @@ def _hit(kind: str, row: Row, *, score: float, f: Filter) -> Hit:
                effective_confidence=None if eff is None else round(eff, 6), **{name: row[name] for name in HIT_FIELDS})
 
 
-def _ranked(scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter) -> list[Hit]:
-    """score DESC, then created_at DESC, then id ASC; Hits for the first ``limit`` only.
+def _group(kind: str, row: Row) -> tuple | None:
+    """What diversification counts as "the same thing said again": an episode's session, a fact's subject and
+    predicate; a rule stands alone."""
+    if kind == "episode":
+        return None if row["session_id"] is None else ("session", row["session_id"])
+    return ("fact", row["subject"], row["predicate"]) if kind == "fact" else None
+
+
+def _ranked(scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter, *, decay: float = 1.0) -> list[Hit]:
+    """score DESC, then when it happened DESC, then id ASC, then diversified (``decay``, see shared.fusion); Hits
+    for the first ``limit`` only.
 
     A UUID's 128-bit value orders as its text does, and as PostgreSQL's uuid type."""
     ranked = sorted(scored, key=lambda t: t[2]["id"].int)
-    ranked.sort(key=lambda t: t[2]["created_at"], reverse=True)
+    ranked.sort(key=lambda t: t[2]["occurred_at"] or t[2]["created_at"], reverse=True)
     ranked.sort(key=lambda t: t[0], reverse=True)
-    return [_hit(kind, row, score=score, f=f) for score, kind, row in ranked[:limit]]
+    ranked = diversify(ranked, score=lambda t: t[0], group=lambda t: _group(t[1], t[2]), decay=decay, limit=limit)
+    return [_hit(kind, row, score=score, f=f) for score, kind, row in ranked]
 
 
 def search(
@@ -116,7 +132,8 @@ def search(
 ) -> list[Hit]:
     """memory_search: the best ``limit`` hits across ``types`` by the mode's relevance."""
     found = _candidates(conn, kinds=types, f=f, query=query, vector=vector, mode=mode, settings=settings)
-    return _ranked([(round(row["relevance"], 6), kind, row) for kind, row in found], limit, f)
+    return _ranked([(round(row["relevance"], 6), kind, row) for kind, row in found], limit, f,
+                   decay=settings.diversity_decay)
 
 
 def recall(
@@ -125,10 +142,31 @@ def recall(
 ) -> list[Hit]:
     """memory_recall: facts and rules for a topic by composite score (hybrid candidates)."""
     found = _candidates(conn, kinds=types, f=f, query=topic, vector=vector, mode="hybrid", settings=settings)
-    return _ranked([(_score(kind, row, f=f, settings=settings), kind, row) for kind, row in found], limit, f)
+    return _ranked([(_score(kind, row, f=f, settings=settings), kind, row) for kind, row in found], limit, f,
+                   decay=settings.diversity_decay)
 
 
-def recent_episodes(conn: Connection, *, f: Filter, limit: int, settings: RetrievalSettings) -> list[Hit]:
-    """Newest visible episodes, newest first (relevance 0: they are context, not matches)."""
-    rows = candidates.recent_episodes(conn, f=f, limit=limit)
-    return [_hit("episode", r, score=_score("episode", r, f=f, settings=settings), f=f) for r in rows]
+def context_sections(
+    conn: Connection, *, f: Filter, topic: str, vector: Vector, recent: int, settings: RetrievalSettings,
+) -> dict[str, list[Hit]]:
+    """memory_context's candidates, each section from its own pool (so a tenant with many facts still sees its
+    rules): facts and rules by composite score; episodes by relevance to the topic with a recency share, the
+    ``recent`` newest among them (they carry the conversation so far even when they match nothing)."""
+    newest = candidates.recent_episodes(conn, f=f, limit=recent) if recent else []
+    found = _candidates(conn, kinds=("fact", "rule", "episode"), f=f, query=topic, vector=vector, mode="hybrid",
+                        settings=settings)
+    pool, limit = {"fact": [], "rule": [], "episode": []}, settings.candidate_pool
+    for kind, row in found:
+        pool[kind].append((_score(kind, row, f=f, settings=settings), kind, row))
+    seen = {row["id"] for _, _, row in pool["episode"]}
+    share = settings.context_episode_recency
+    episodes = [(round((1 - share) * row["relevance"] + share * _recency(row, f, settings), 6), "episode", row)
+                for row in [r for _, _, r in pool["episode"]] + [r for r in newest if r["id"] not in seen]]
+    return {"fact": _ranked(pool["fact"], limit, f, decay=settings.diversity_decay),
+            "rule": _ranked(pool["rule"], limit, f, decay=settings.diversity_decay),
+            "episode": _ranked(episodes, limit, f, decay=settings.diversity_decay)}
+
+
+def _recency(row: Row, f: Filter, settings: RetrievalSettings) -> float:
+    return recency(last_referenced_at=row["occurred_at"] or row["created_at"], now=f.now,
+                   decay_per_day=settings.recency_decay_per_day)

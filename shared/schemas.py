@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
@@ -36,11 +36,30 @@ class RequestContext(_Strict):
     segment_id: Annotated[str, StringConstraints(max_length=200)] | None = None
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+CLOCK_SKEW = timedelta(minutes=1)
+
+
+def check_occurred_at(value: datetime | None, *, now: datetime, field: str = "occurred_at") -> datetime | None:
+    """When an episode happened: timezone-aware, not before 1970, not later than ``now`` plus a minute of clock skew."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise InvalidInput(f"{field}: needs a timezone (ISO 8601 with Z or an offset)", field=field)
+    if value < EPOCH:
+        raise InvalidInput(f"{field}: must not be before 1970-01-01", field=field)
+    if value > now + CLOCK_SKEW:
+        raise InvalidInput(f"{field}: must not be in the future (got {value.isoformat()})", field=field)
+    return value
+
+
 class EpisodeWrite(_Strict):
     content: Content
     butler: Name
     session_id: uuid.UUID | None = None
     importance: Importance = 5.0
+    # When it happened (imports of history); None = the accept time. Checked against the clock at accept time.
+    occurred_at: datetime | None = None
     metadata: dict[str, Any] = {}
 
 
@@ -101,6 +120,9 @@ class Hit(BaseModel):
     score: float
     relevance: float
     created_at: datetime
+    # Episodes: when it happened (the accept time unless imported with occurred_at) and its session.
+    occurred_at: datetime | None = None
+    session_id: uuid.UUID | None = None
     scope: str | None = None
     butler: str | None = None
     subject: str | None = None

@@ -70,7 +70,10 @@ def insert_episodes(
             "id": episode.id, "tenant_id": tenant_id, "butler": w.butler, "seq": episode.seq,
             "session_id": w.session_id, "content": w.content, "content_tokens": n_tokens, "embedding": vector,
             "embedding_version_id": embedding_version_id, "importance": w.importance,
-            "created_at": episode.accepted_at, "last_referenced_at": episode.accepted_at,
+            # Recency and order count from when it happened; expiry from when it was accepted (an import of
+            # last year's history must not expire on arrival).
+            "occurred_at": w.occurred_at or episode.accepted_at, "created_at": episode.accepted_at,
+            "last_referenced_at": w.occurred_at or episode.accepted_at,
             "expires_at": episode.accepted_at + timedelta(days=ttl_days), "request_id": episode.request_id,
             "metadata": w.metadata,
         })

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
 from shared.schemas import MAX_CONTENT, MAX_TAGS, NAME_PATTERN, RequestContext
 
@@ -42,6 +42,11 @@ MinConfidence = Annotated[float, Field(ge=0, le=1, description=(
     "pass 0 to include them."))]
 TokenBudget = Annotated[int, Field(ge=MIN_TOKEN_BUDGET, le=MAX_TOKEN_BUDGET, description=(
     f"Hard cap on the block's size in tokens, {MIN_TOKEN_BUDGET} to {MAX_TOKEN_BUDGET}; default 3000."))]
+OccurredAt = Annotated[AwareDatetime, Field(description=(
+    "When it happened, ISO 8601 with a timezone (e.g. '2025-12-21T09:00:00Z'), for imports of history; default: "
+    "now. Not in the future, not before 1970. Recency and ordering use it; expiry still counts from now."))]
+Since = Annotated[AwareDatetime, Field(description="Only episodes that happened at or after this time (ISO 8601).")]
+Until = Annotated[AwareDatetime, Field(description="Only episodes that happened before this time (ISO 8601).")]
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=200), Field(description=(
     "Your unique key for this write. Retrying with the same key returns the same id and writes nothing new."))]
 Lineage = Annotated[RequestContext, Field(description=(
@@ -58,6 +63,7 @@ class EpisodeItem(BaseModel):
     butler: Butler
     session_id: uuid.UUID | None = None
     importance: Importance | None = None
+    occurred_at: OccurredAt | None = None
     idempotency_key: IdempotencyKey | None = None
 
 

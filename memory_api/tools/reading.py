@@ -10,7 +10,7 @@ from pydantic import Field
 
 from memory_api.tools import access
 from memory_api.tools.params import (
-    MAX_LIMIT, Limit, Lineage, MemoryId, MemoryType, MinConfidence, Mode, Query, ReadScope,
+    MAX_LIMIT, Limit, Lineage, MemoryId, MemoryType, MinConfidence, Mode, Query, ReadScope, Since, Until,
 )
 from memory_api.tools.results import Hits, MemoryRecord
 from memory_api.tools.runtime import Call, current_call, tool_call
@@ -31,7 +31,8 @@ async def memory_search(
     scope: ReadScope | None = None,
     mode: Annotated[Mode, Field(description=(
         "'hybrid' (meaning + keywords, default), 'semantic' (meaning only) or 'keyword' (exact words)."))] | None = None,
-    limit: Limit | None = None, min_confidence: MinConfidence | None = None, request_context: Lineage | None = None,
+    limit: Limit | None = None, min_confidence: MinConfidence | None = None, since: Since | None = None,
+    until: Until | None = None, request_context: Lineage | None = None,
 ) -> Hits:
     """Search memories by meaning and/or keywords across episodes, facts and rules, ranked by relevance. Use it
     when you need specific past observations or exact terms; for "what should I know about X" prefer
@@ -43,7 +44,7 @@ async def memory_search(
     reader = call.services.reader
     hits, reason = await call.read_or_degrade(lambda: reader.search(
         tenant_id=call.tenant, visibility=visibility, query=query, types=kinds, mode=mode or settings.default_mode,
-        limit=limit or _default_limit(call), min_confidence=min_confidence), [])
+        limit=limit or _default_limit(call), min_confidence=min_confidence, since=since, until=until), [])
     return Hits(results=hits, count=len(hits), degraded=reason is not None, reason=reason, request_id=call.request_id)
 
 

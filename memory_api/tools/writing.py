@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from memory_api.tools import access
 from memory_api.tools.params import (
-    Butler, Content, EpisodeItem, IdempotencyKey, Importance, Lineage, Permanence, Tags, WriteScope,
+    Butler, Content, EpisodeItem, IdempotencyKey, Importance, Lineage, OccurredAt, Permanence, Tags, WriteScope,
 )
 from memory_api.tools.results import AcceptedItem, BatchAccepted, WriteAccepted
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
@@ -21,7 +21,7 @@ from shared import intake
 from shared.db import unit_of_work
 from shared.errors import InvalidInput, Unavailable
 from shared.intake import Accepted, WriteRequest
-from shared.schemas import EpisodeWrite, FactWrite, RuleWrite, parse
+from shared.schemas import EpisodeWrite, FactWrite, RuleWrite, check_occurred_at, parse
 
 log = logging.getLogger("memory_butler.api")
 SUBJECT = StringConstraints(strip_whitespace=True, min_length=1, max_length=200)  # as FactWrite
@@ -81,8 +81,8 @@ async def _store_one(call: Call, kind: str, write: BaseModel, butler: str, key: 
 @tool_call
 async def memory_store_episode(
     ctx: Context, content: Content, butler: Butler, session_id: uuid.UUID | None = None,
-    importance: Importance | None = None, idempotency_key: IdempotencyKey | None = None,
-    request_context: Lineage | None = None,
+    importance: Importance | None = None, occurred_at: OccurredAt | None = None,
+    idempotency_key: IdempotencyKey | None = None, request_context: Lineage | None = None,
 ) -> WriteAccepted:
     """Store a raw episode: what happened in a session, in plain language ("User asked to move the dentist to a
     morning slot"). Call it at the end of a session (the butler daemon usually does) or when something notable
@@ -92,7 +92,9 @@ async def memory_store_episode(
     call = current_call()
     access.require_butler(call.principal, butler)
     _check_size(call, "content", content)
-    write = parse(EpisodeWrite, _given(content=content, butler=butler, session_id=session_id, importance=importance))
+    check_occurred_at(occurred_at, now=utcnow())
+    write = parse(EpisodeWrite, _given(content=content, butler=butler, session_id=session_id, importance=importance,
+                                       occurred_at=occurred_at))
     return await _store_one(call, "episode", write, butler, idempotency_key)
 
 
@@ -138,7 +140,7 @@ async def memory_store_rule(
 async def memory_ingest_batch(
     ctx: Context,
     episodes: Annotated[list[EpisodeItem], Field(min_length=1, description=(
-        "Episodes to store, each {content, butler, session_id?, importance?, idempotency_key?}."))],
+        "Episodes to store, each {content, butler, session_id?, importance?, occurred_at?, idempotency_key?}."))],
     request_context: Lineage | None = None,
 ) -> BatchAccepted:
     """Store many episodes in one call (bulk import, or a daemon flushing a queue): all are accepted together
@@ -162,9 +164,10 @@ async def memory_ingest_batch(
 def _episode_request(call: Call, index: int, item: EpisodeItem) -> WriteRequest:
     access.require_butler(call.principal, item.butler, field=f"episodes.{index}.butler")
     _check_size(call, f"episodes.{index}.content", item.content)
+    check_occurred_at(item.occurred_at, now=utcnow(), field=f"episodes.{index}.occurred_at")
     try:
         write = parse(EpisodeWrite, _given(content=item.content, butler=item.butler, session_id=item.session_id,
-                                           importance=item.importance))
+                                           importance=item.importance, occurred_at=item.occurred_at))
     except InvalidInput as exc:
         raise InvalidInput(f"episodes.{index}.{exc.message}", field=f"episodes.{index}.{exc.field}") from None
     return WriteRequest(kind="episode", butler=item.butler, payload=write.model_dump(mode="json"),

@@ -25,10 +25,12 @@ from sqlalchemy import Connection, RowMapping, text
 from memory_workers.app import APPLY_TASK, app
 from memory_workers.enqueue import wake_apply, wake_consolidate
 from memory_workers.tasks import KeyRunSummary, Runtime, runtime, worker_name
-from shared import intake, writes
+from shared import conversation, intake, writes
 from shared import repository as repo
 from shared.consolidation import describe_error
 from shared.consolidation_plan import embedding_text
+from shared.conversation import StoredEpisode
+from shared.embedding import word_piece_offsets
 from shared.db import unit_of_work
 from shared.errors import InvalidInput, Unavailable
 from shared.schemas import WRITE_MODELS, parse
@@ -54,7 +56,7 @@ def apply_writes(self: Any, tenant_id: str, butler: str) -> dict[str, Any]:
     actor = Actor(worker_name(self.request.hostname))
     summary = apply_pending(rt, tenant_id=tenant_id, butler=butler, actor=actor)
     log.info("writes applied", extra={"tenant_id": tenant_id, "butler": butler, **summary.as_dict()})
-    if summary.counts["episode"]:
+    if summary.counts["episode"] and rt.settings.consolidation.after_apply:
         _wake(wake_consolidate, rt, tenant_id, butler)
     if summary.more:
         _wake(wake_apply, rt, tenant_id, butler)
@@ -197,9 +199,13 @@ def _insert(conn: Connection, rt: Runtime, items: list[tuple[RowMapping, Any, np
             version_id: int | None, actor: Actor) -> None:
     episodes = [NewEpisode(id=i["id"], seq=i["seq"], write=w, request_id=i["request_id"], accepted_at=i["created_at"])
                 for i, w, _ in items]
-    writes.insert_episodes(conn, tenant_id=items[0][0]["tenant_id"], episodes=episodes,
+    tenant_id = items[0][0]["tenant_id"]
+    writes.insert_episodes(conn, tenant_id=tenant_id, episodes=episodes,
                            vectors=np.stack([v for _, _, v in items]), embedding_version_id=version_id,
                            ttl_days=rt.settings.memory.episodes.default_ttl_days, actor=actor)
+    conversation.index_episodes(conn, tenant_id=tenant_id, embed=rt.embedder.embed, offsets=word_piece_offsets,
+                                stored=[StoredEpisode(e.id, e.write.butler, e.write.session_id, e.write.content)
+                                        for e in episodes])
 
 
 def _store(conn: Connection, rt: Runtime, intent: RowMapping, write: Any, vector: np.ndarray,

@@ -49,15 +49,10 @@ def main() -> int:
         for tenant in tenants:
             f = candidates.Filter(tenant, ("global", "health"), ("health",), 0.05, datetime.now(timezone.utc))
             for q in qs:
-                params = {"query": q, "vec": vectors[q], "pool": 50, "cap": 5000}
-                shapes = []
-                for kind in ("fact", "rule"):
-                    where = candidates._where(kind, f, params)
-                    visible = candidates._visible_rows(conn, kind=kind, f=f, limit=candidates.SMALL_SCOPE)
-                    params[f"n_{kind}"] = float(visible)
-                    shapes.append((kind, where, visible < candidates.EXACT_SCOPE, visible < candidates.SMALL_SCOPE))
                 for name, (semantic, keyword) in VARIANTS.items():
-                    sql = candidates._statement(tuple(shapes), semantic=semantic, keyword=keyword).text
+                    statement, params = candidates.prepare(conn, kinds=("fact", "rule"), f=f, query=q, pool=50,
+                                                           query_vec=vectors[q] if semantic else None, keyword=keyword)
+                    sql = statement.text
                     for _ in range(args.repeat):
                         plan = conn.execute(text("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql),
                                             params).scalar_one()

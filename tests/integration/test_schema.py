@@ -130,7 +130,8 @@ def test_vector_indexes_are_hnsw_cosine(conn):
     rows = conn.execute(
         text("SELECT indexname, indexdef FROM pg_indexes WHERE indexdef LIKE '%vector_cosine_ops%'")
     ).all()
-    assert {r.indexname for r in rows} == {"idx_episodes_embedding", "idx_facts_embedding", "idx_rules_embedding"}
+    assert {r.indexname for r in rows} == {"idx_episodes_embedding", "idx_facts_embedding", "idx_rules_embedding",
+                                           "idx_episode_vectors_embedding"}
     assert all("USING hnsw" in r.indexdef for r in rows)
 
 
@@ -146,7 +147,7 @@ def test_models_mirror_the_migrated_schema(database_url):
 
 def test_migration_round_trip_on_an_empty_database(empty_database_url):
     db.migrate(empty_database_url)
-    assert db.current_revision(empty_database_url) == "0003"
+    assert db.current_revision(empty_database_url) == "0004"
     db.downgrade(empty_database_url, "base")
     engine = create_engine(db.normalise_url(empty_database_url))
     assert "facts" not in inspect(engine).get_table_names()

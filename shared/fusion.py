@@ -1,0 +1,59 @@
+"""Hybrid relevance and result diversity: pure functions over plain values.
+
+Fusion by value: every candidate carries both legs' scores (cosine similarity; BM25 over the query's idf total), each
+already on a calibrated [0, 1] scale, and relevance is their weighted sum. Unlike rank fusion (RRF), a strong match
+on one leg is not flattened to its rank, and a row found by one leg still gets what the other leg says of it.
+
+Diversity: a greedy re-ranking in which each further hit of a group already shown (an episode's session; a fact's
+subject and predicate) has its score multiplied by ``decay`` once more, so the top of a list covers more sessions
+and subjects instead of repeating one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def fuse(*, semantic: float | None, keyword: float | None, semantic_weight: float,
+         keyword_exponent: float = 1.0) -> float:
+    """``w * semantic + (1 - w) * keyword ** e``, each clamped to [0, 1]; a leg that did not run counts 0.
+
+    An exponent above 1 discounts partial keyword matches (a row holding a third of the query's term weight gets
+    a ninth at 2) while a row holding every term keeps its full share."""
+    if not 0 <= semantic_weight <= 1:
+        raise ValueError(f"semantic_weight must be in [0, 1], got {semantic_weight}")
+    s = min(1.0, max(0.0, semantic or 0.0))
+    k = min(1.0, max(0.0, keyword or 0.0)) ** keyword_exponent
+    return semantic_weight * s + (1 - semantic_weight) * k
+
+
+def diversify(items: Sequence[T], *, score: Callable[[T], float], group: Callable[[T], Hashable | None],
+              decay: float, limit: int) -> list[T]:
+    """The first ``limit`` of ``items`` (given best first) re-ranked greedily by ``score * decay ** shown`` where
+    ``shown`` counts the items of the same group already taken (None = no group). ``decay`` 1 keeps the order.
+
+    Ties keep the given order, so the result is deterministic for a deterministic input."""
+    if not 0 < decay <= 1:
+        raise ValueError(f"decay must be in (0, 1], got {decay}")
+    if decay == 1:
+        return list(items[:limit])
+    pool = list(items)
+    shown: Counter[Hashable] = Counter()
+    out: list[T] = []
+    while pool and len(out) < limit:
+        best_i, best = 0, float("-inf")
+        for i, item in enumerate(pool):
+            g = group(item)
+            value = score(item) * (decay ** shown[g] if g is not None else 1.0)
+            if value > best:
+                best_i, best = i, value
+        item = pool.pop(best_i)
+        out.append(item)
+        g = group(item)
+        if g is not None:
+            shown[g] += 1
+    return out
