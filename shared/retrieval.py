@@ -19,7 +19,9 @@ from shared.candidates import Bm25, Filter
 from shared.config import RetrievalSettings
 from shared.fusion import diversify, fuse
 from shared.schemas import Hit
-from shared.scoring import composite_score, effective_confidence, normalise_rrf, recency, rrf, rule_weight
+from shared.scoring import (
+    composite_score, effective_confidence, normalise_rrf, recency, relative_relevance, rrf, rule_weight,
+)
 
 Row = dict[str, Any]
 Vector = Callable[[], str]  # the query's embedding in pgvector text form, computed on demand
@@ -84,10 +86,11 @@ def _effective(kind: str, row: Row, f: Filter) -> float | None:
                                 last_confirmed_at=row["last_confirmed_at"], now=f.now)
 
 
-def _score(kind: str, row: Row, *, f: Filter, settings: RetrievalSettings) -> float:
+def _score(kind: str, row: Row, *, best: float, f: Filter, settings: RetrievalSettings) -> float:
+    """Seed 000's composite score, relevance relative to the ``best`` of the read (shared.scoring)."""
     eff = _effective(kind, row, f)
     score = composite_score(
-        relevance=row["relevance"], importance=row["importance"],
+        relevance=relative_relevance(row["relevance"], best), importance=row["importance"],
         recency=recency(last_referenced_at=row["last_referenced_at"], now=f.now,
                         decay_per_day=settings.recency_decay_per_day),
         effective_confidence=1.0 if eff is None else eff, weights=settings.score_weights,
@@ -96,7 +99,8 @@ def _score(kind: str, row: Row, *, f: Filter, settings: RetrievalSettings) -> fl
 
 
 HIT_FIELDS = ("id", "content", "content_tokens", "created_at", "occurred_at", "session_id", "importance", "scope",
-              "butler", "subject", "predicate", "permanence", "validity", "maturity", "effectiveness_score", "last_confirmed_at", "last_referenced_at")
+              "butler", "subject", "predicate", "permanence", "validity", "maturity", "effectiveness_score",
+              "last_confirmed_at", "last_referenced_at")
 
 
 def _hit(kind: str, row: Row, *, score: float, f: Filter) -> Hit:
@@ -142,8 +146,9 @@ def recall(
 ) -> list[Hit]:
     """memory_recall: facts and rules for a topic by composite score (hybrid candidates)."""
     found = _candidates(conn, kinds=types, f=f, query=topic, vector=vector, mode="hybrid", settings=settings)
-    return _ranked([(_score(kind, row, f=f, settings=settings), kind, row) for kind, row in found], limit, f,
-                   decay=settings.diversity_decay)
+    best = max((row["relevance"] for _, row in found), default=0.0)
+    return _ranked([(_score(kind, row, best=best, f=f, settings=settings), kind, row) for kind, row in found],
+                   limit, f, decay=settings.diversity_decay)
 
 
 def context_sections(
@@ -156,8 +161,9 @@ def context_sections(
     found = _candidates(conn, kinds=("fact", "rule", "episode"), f=f, query=topic, vector=vector, mode="hybrid",
                         settings=settings)
     pool, limit = {"fact": [], "rule": [], "episode": []}, settings.candidate_pool
+    best = {kind: max((r["relevance"] for k, r in found if k == kind), default=0.0) for kind in pool}
     for kind, row in found:
-        pool[kind].append((_score(kind, row, f=f, settings=settings), kind, row))
+        pool[kind].append((_score(kind, row, best=best[kind], f=f, settings=settings), kind, row))
     seen = {row["id"] for _, _, row in pool["episode"]}
     share = settings.context_episode_recency
     episodes = [(round((1 - share) * row["relevance"] + share * _recency(row, f, settings), 6), "episode", row)

@@ -150,6 +150,16 @@ def _clamp(value: float, low: float, high: float) -> float:
     return min(high, max(low, value))
 
 
+def relative_relevance(relevance: float, best: float) -> float:
+    """Relevance as the composite score weighs it: a share of the best match of the same read, in [0, 1].
+
+    Fused relevance is calibrated but narrow (a good conversation match scores ~0.5, a poor one ~0.3), so on its
+    raw scale relevance would move the composite score too little and importance, recency or confidence would pick
+    the winner among near-ties of meaning. Relative to the best match, the best scores 1 and a match half as good
+    0.5: it wins unless the others are clearly more important, recent or confident."""
+    return min(1.0, max(0.0, relevance / best)) if best > 0 else 0.0
+
+
 def composite_score(
     *,
     relevance: float,

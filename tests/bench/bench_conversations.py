@@ -1,0 +1,264 @@
+"""Conversation retrieval benchmark on the RealMem dev set, through the real MCP front and real workers.
+
+    python tests/bench/bench_conversations.py [--split dev|test|all] [--personas 1,2] [--limit N] [--workers 2]
+
+Every turn of every session becomes an episode of its persona's tenant ("<Speaker>: <text>", the session as
+session_id, the session's time as occurred_at), stored through memory_ingest_batch. Sessions are replayed in time
+order: before a session that holds queries, the harness waits until every episode stored so far is applied, then
+asks each query with memory_search(types=["episode"], limit=20, until=<the session's start>) and
+memory_context(trigger_prompt, butler, token_budget=1000) - so both see only earlier sessions, as a butler would.
+
+Scored against the evidence turns (tests/bench/conversations.py, the dataset README's rule): turn-level R@1/5/10/20,
+nDCG@10 and session-level R@10, overall and per category, beside two baselines computed in the same run on the same
+turns: rank-bm25 (BM25Okapi, lower-cased word tokens, no stemming) and dense (cosine on the episode's own stored
+MiniLM embedding). "In block" is the share of queries with an evidence turn's first 60 characters (whitespace-folded)
+in the memory_context block, beside rank-bm25's top turns packed into the same 1,000 tokens (the model's tokenizer).
+Then a single client repeats the largest persona's searches on the idle stack for memory_search p50/p95.
+
+Consolidation is off during the run (consolidation.after_apply=false; no beat): this measures retrieval over the
+episodes. Tune on --split dev (personas 1-5), report --split test (6-10). Dataset: RealMem (arXiv 2601.06966),
+Apache-2.0, ../shared/datasets/realmem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy import text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from memory_api.loadtest.client import call_tool, open_session  # noqa: E402
+from shared.config import load_settings  # noqa: E402
+from shared.embedding import get_embedder, get_token_counter  # noqa: E402
+from shared.tenancy import create_token, ensure_tenant  # noqa: E402
+from tests.bench import conversations as rm  # noqa: E402
+from tests.bench.bench_drain import start_workers, wait_ready  # noqa: E402
+from tests.bench.bench_mcp import free_port, pct, start_front  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noqa: E402
+
+BUTLER = "assistant"
+BUDGET = 1000
+PREFIX = 60
+BATCH = 500
+
+
+class Run:
+    """One persona's replay: episode ids by turn key, rankings and blocks by query, timings."""
+
+    def __init__(self, number: int, persona: rm.Persona, token: str, tenant: str) -> None:
+        self.number, self.persona, self.token, self.tenant = number, persona, token, tenant
+        self.keys: dict[str, tuple[int, int]] = {}
+        self.ranked: dict[str, list[tuple[int, int]]] = {}
+        self.blocks: dict[str, str] = {}
+        self.search_s: list[float] = []
+
+
+async def replay(run: Run, url: str, engine, limit: int | None, with_context: bool) -> None:  # noqa: ANN001
+    """Store the persona's sessions in order; ask each query once everything before its session is applied."""
+    asked = {q.query_id for q in (run.persona.queries[:limit] if limit else run.persona.queries)}
+    queries = defaultdict(list)
+    for q in run.persona.queries:
+        if q.query_id in asked:
+            queries[q.session].append(q)
+    by_session = defaultdict(list)
+    for t in run.persona.turns:
+        by_session[t.key[0]].append(t)
+    pending: list[rm.Turn] = []
+    async with open_session(url, run.token, timeout_s=120) as session:
+        for s in sorted(by_session):
+            if queries.get(s):
+                await _store(session, run, pending)
+                pending = []
+                await asyncio.to_thread(_wait_applied, engine, run.tenant)
+                for q in queries[s]:
+                    await _ask(session, run, q, by_session[s][0].occurred_at.isoformat(), with_context)
+            pending += by_session[s]
+            if not any(queries.get(later) for later in range(s + 1, max(by_session) + 1)):
+                break  # nothing is asked after this session: its turns would never be searched
+
+
+async def _store(session, run: Run, turns: list[rm.Turn]) -> None:  # noqa: ANN001
+    for start in range(0, len(turns), BATCH):
+        chunk = turns[start:start + BATCH]
+        episodes = [{"content": t.content, "butler": BUTLER, "session_id": str(t.session_id),
+                     "occurred_at": t.occurred_at.isoformat()} for t in chunk]
+        body = await call_tool(session, "memory_ingest_batch", {"episodes": episodes}, timeout_s=120)
+        run.keys.update({item["id"]: t.key for item, t in zip(body["items"], chunk, strict=True)})
+
+
+def _wait_applied(engine, tenant: str, deadline_s: float = 1800) -> None:  # noqa: ANN001
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+        with engine.connect() as conn:
+            if not conn.execute(text("SELECT count(*) FROM write_intents WHERE tenant_id = :t AND status <> 'applied'"),
+                                {"t": tenant}).scalar():
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"{tenant}: episodes not applied")
+
+
+async def _ask(session, run: Run, q: rm.Query, until: str, with_context: bool) -> None:  # noqa: ANN001
+    args = {"query": q.text, "types": ["episode"], "limit": 20, "until": until}
+    t0 = time.perf_counter()
+    body = await call_tool(session, "memory_search", args, timeout_s=60)
+    run.search_s.append(time.perf_counter() - t0)
+    run.ranked[q.query_id] = [run.keys[h["id"]] for h in body["results"]]
+    if with_context:
+        body = await call_tool(session, "memory_context",
+                               {"trigger_prompt": q.text, "butler": BUTLER, "token_budget": BUDGET}, timeout_s=60)
+        run.blocks[q.query_id] = body["context"]
+
+
+def baselines(run: Run, engine, queries: list[rm.Query]) -> tuple[dict, dict, dict]:  # noqa: ANN001
+    """rank-bm25 and dense rankings over the same earlier turns, and rank-bm25's turns packed into BUDGET tokens."""
+    from rank_bm25 import BM25Okapi
+
+    turns = run.persona.turns
+    tokens = [re.findall(r"\w+", t.content.lower()) for t in turns]
+    ids = {key: i for i, key in run.keys.items()}
+    with engine.connect() as conn:
+        stored = {i: json.loads(v) for i, v in conn.execute(
+            text("SELECT id::text, embedding::text FROM episodes WHERE tenant_id = :t"), {"t": run.tenant})}
+    embedder, counter = get_embedder(), get_token_counter()
+    bm25, dense, packed = {}, {}, {}
+    for q in queries:
+        visible = [i for i, t in enumerate(turns) if t.key[0] < q.session and t.key in ids]
+        scores = BM25Okapi([tokens[i] for i in visible]).get_scores(re.findall(r"\w+", q.text.lower()))
+        order = [visible[i] for i in np.argsort(-scores, kind="stable")]
+        bm25[q.query_id] = [turns[i].key for i in order[:20]]
+        vectors = np.stack([np.asarray(stored[ids[turns[i].key]], dtype=np.float32) for i in visible])
+        near = np.argsort(-(vectors @ embedder.embed_one(q.text)), kind="stable")[:20]
+        dense[q.query_id] = [turns[visible[i]].key for i in near]
+        packed[q.query_id] = _pack([turns[i].content for i in order[:60]], counter)
+    return bm25, dense, packed
+
+
+def _pack(contents: list[str], counter) -> str:  # noqa: ANN001
+    """Whole turns in rank order while they fit in BUDGET tokens (a turn that does not fit is skipped)."""
+    lines, used = [], 0
+    for content, n in zip(contents, counter.count_many(contents)):
+        if used + n + 1 <= BUDGET:
+            lines.append(content)
+            used += n + 1
+    return "\n".join(lines)
+
+
+def in_block(q: rm.Query, block: str, turns: dict[tuple[int, int], rm.Turn]) -> bool:
+    folded = rm.fold(block)
+    return any(rm.fold(turns[key].text)[:PREFIX] in folded for key in q.evidence)
+
+
+def report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> None:  # noqa: ANN001
+    per_query: dict[str, list] = {"memory_search (hybrid)": [], "rank-bm25": [], "dense (MiniLM)": []}
+    blocks, packs = [], []
+    for run in runs:
+        asked = [q for q in run.persona.queries if q.query_id in run.ranked]
+        bm25, dense, packed = baselines(run, engine, asked)
+        turns = {t.key: t for t in run.persona.turns}
+        for q in asked:
+            for system, ranked in zip(per_query, (run.ranked[q.query_id], bm25[q.query_id], dense[q.query_id])):
+                per_query[system].append((q, rm.score(q, ranked)))
+            if with_context:
+                blocks.append(in_block(q, run.blocks[q.query_id], turns))
+                packs.append(in_block(q, packed[q.query_id], turns))
+    rows = rm.table(per_query)
+    print(f"\nRealMem personas {', '.join(str(r.number) for r in runs)}: {len(per_query['rank-bm25'])} queries, "
+          f"{sum(len(r.keys) for r in runs)} episodes stored in {ingest_s:.0f} s (replay incl. applying)")
+    print(f"{'system':<24}{'category':<22}{'n':>5}" + "".join(f"{m:>9}" for m in rm.METRICS))
+    for system, category, n, m in rows:
+        print(f"{system:<24}{category:<22}{n:>5}" + "".join(f"{m[k]:>9.3f}" for k in rm.METRICS))
+    overall = {system: m for system, category, _, m in rows if category == "all"}
+    mine, base = overall["memory_search (hybrid)"], overall["rank-bm25"]
+    print("ratio to rank-bm25 (all): " + ", ".join(f"{k} {mine[k] / base[k]:.2f}x" for k in rm.METRICS if base[k]))
+    if with_context:
+        share, packed = sum(blocks) / len(blocks), sum(packs) / len(packs)
+        print(f"evidence in the block at {BUDGET} tokens: memory_context {share:.3f}, rank-bm25 packed {packed:.3f} "
+              f"({share / packed if packed else float('nan'):.2f}x)")
+
+
+def single_client(url: str, run: Run) -> list[float]:
+    """The persona's searches again, one client, idle stack: memory_search latency through MCP."""
+    async def go() -> list[float]:
+        out = []
+        async with open_session(url, run.token, timeout_s=60) as session:
+            for q in run.persona.queries:
+                until = next(t.occurred_at for t in run.persona.turns if t.key[0] == q.session).isoformat()
+                t0 = time.perf_counter()
+                await call_tool(session, "memory_search", {"query": q.text, "types": ["episode"], "limit": 20,
+                                                           "until": until}, timeout_s=60)
+                out.append(time.perf_counter() - t0)
+        return out
+    return asyncio.run(go())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--split", choices=("dev", "test", "all"), default="dev",
+                        help="dev = personas 1-5 (tune here), test = 6-10 (report)")
+    parser.add_argument("--personas", help="comma-separated persona numbers (1-10), instead of --split")
+    parser.add_argument("--limit", type=int, help="at most this many queries per persona (a quick run)")
+    parser.add_argument("--workers", type=int, default=2, help="celery worker processes applying the episodes")
+    parser.add_argument("--no-context", action="store_true", help="skip memory_context (search only)")
+    parser.add_argument("--database-url", help="a database to use (default: a throwaway one on the embedded server)")
+    parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after")
+    args = parser.parse_args()
+    numbers = [int(n) for n in args.personas.split(",")] if args.personas else rm.split(args.split)
+    reference = [_timed(get_embedder().embed_one, "How often do you water the basil?") for _ in range(50)]
+    print(f"reference (machine speed): one-thread embedding of a short query p50 {pct(reference, 50):.1f} ms")
+    with bench_redis(args.redis_url), bench_engine(args.database_url) as engine:
+        runs = []
+        with engine.begin() as conn:
+            for n in numbers:
+                tenant = f"realmem-{n}"
+                ensure_tenant(conn, tenant_id=tenant)
+                token = create_token(conn, tenant_id=tenant, name="bench", butlers=[BUTLER], role="butler")[1]
+                runs.append(Run(n, rm.load(n), token, tenant))
+        url_db = engine.url.render_as_string(hide_password=False)
+        os.environ["MEMORY_BUTLER_CONSOLIDATION__AFTER_APPLY"] = "false"
+        port = free_port()
+        front = start_front(url_db, args.redis_url, port)
+        workers = start_workers(args.workers, url_db, args.redis_url, 8)
+        url = f"http://127.0.0.1:{port}/mcp"
+        try:
+            from memory_workers import app as worker_app
+            worker_app.configure(worker_app.app, load_settings(redis_url=args.redis_url, database_url=url_db))
+            wait_ready(worker_app.app, args.workers)
+            t0 = time.perf_counter()
+            asyncio.run(_all(runs, url, engine, args.limit, not args.no_context))
+            ingest_s = time.perf_counter() - t0
+            largest = max(runs, key=lambda r: len(r.persona.turns))
+            latency = single_client(url, largest)
+        finally:
+            for proc in (front, *workers):
+                os.killpg(proc.pid, signal.SIGTERM)
+            for proc in (front, *workers):
+                proc.wait(timeout=60)
+        report(runs, engine, ingest_s, not args.no_context)
+        print(f"memory_search via MCP, one client, persona {largest.number} ({len(largest.keys)} episodes): "
+              f"p50 {pct(latency, 50):.1f} ms, p95 {pct(latency, 95):.1f} ms")
+    return 0
+
+
+async def _all(runs: list[Run], url: str, engine, limit: int | None, with_context: bool) -> None:  # noqa: ANN001
+    await asyncio.gather(*(replay(run, url, engine, limit, with_context) for run in runs))
+
+
+def _timed(fn, *args) -> float:  # noqa: ANN001, ANN002
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

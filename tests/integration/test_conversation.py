@@ -1,0 +1,157 @@
+"""Episodes in their conversation, on the real database and model: the preceding turn (in order and out of order),
+contextual and window vectors, imported time (occurred_at, since/until), and that none of it crosses a tenant
+or a butler."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from memory_workers.extractors import HeuristicExtractor
+from memory_workers.tasks import Runtime
+from memory_workers.tasks.ingest import apply_pending
+from shared import intake
+from shared.config import Settings, load_settings
+from shared.db import unit_of_work
+from shared.embedding import get_embedder, get_query_embedder, get_token_counter
+from shared.reads import Reader
+from shared.schemas import EpisodeWrite
+from shared.writes import Actor, Visibility
+
+ACTOR = Actor("worker:test")
+T0 = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def settings(database_url: str, redis_url: str) -> Settings:
+    return load_settings(database_url=database_url, redis_url=redis_url)
+
+
+@pytest.fixture(scope="module")
+def rt(settings: Settings, engine: Any) -> Runtime:
+    return Runtime(settings, engine, get_embedder(), HeuristicExtractor())
+
+
+@pytest.fixture(scope="module")
+def reader(settings: Settings, engine: Any) -> Reader:
+    return Reader(engine=engine, settings=settings, embed=get_query_embedder().embed_one,
+                  count_tokens=get_token_counter().count_many)
+
+
+def new_tenant(engine: Any) -> str:
+    tenant_id = f"t-{uuid.uuid4().hex[:12]}"
+    with unit_of_work(engine) as conn:
+        conn.execute(text("INSERT INTO tenants (id) VALUES (:t)"), {"t": tenant_id})
+    return tenant_id
+
+
+def turn(content: str, session: uuid.UUID | None, minute: int, butler: str = "general") -> intake.WriteRequest:
+    write = EpisodeWrite(content=content, butler=butler, session_id=session, occurred_at=T0 + timedelta(minutes=minute))
+    return intake.WriteRequest("episode", butler, write.model_dump(mode="json"), None)
+
+
+def store(engine: Any, rt: Runtime, tenant: str, writes: list[intake.WriteRequest]) -> list[uuid.UUID]:
+    with unit_of_work(engine) as conn:
+        accepted = intake.accept(conn, tenant_id=tenant, writes=writes, actor="test", request_id=None,
+                                 now=datetime.now(timezone.utc))
+    for butler in {w.butler for w in writes}:
+        apply_pending(rt, tenant_id=tenant, butler=butler, actor=ACTOR)
+    return [a.id for a in accepted]
+
+
+def state(engine: Any, tenant: str) -> dict[str, tuple]:
+    """content -> (preceding, contextual vector as text or None, number of window vectors)."""
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT e.content, e.preceding, (SELECT v.embedding::text FROM episode_vectors v "
+            "WHERE v.episode_id = e.id AND v.n = 0), (SELECT count(*) FROM episode_vectors v "
+            "WHERE v.episode_id = e.id AND v.n > 0) FROM episodes e WHERE e.tenant_id = :t"), {"t": tenant}).all()
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def test_each_turn_carries_the_turn_before_it_and_a_vector_read_in_that_context(engine, rt):
+    t, s = new_tenant(engine), uuid.uuid4()
+    store(engine, rt, t, [turn("User: Do you still play badminton?", s, 0), turn("Assistant: Yes, twice last month!", s, 1),
+                          turn("User: Nice.", s, 2), turn("User: unrelated, no session", None, 3)])
+    got = state(engine, t)
+    assert got["User: Do you still play badminton?"][:2] == (None, None)
+    assert got["Assistant: Yes, twice last month!"][0] == "User: Do you still play badminton?"
+    assert got["User: Nice."][0] == "Assistant: Yes, twice last month!"
+    assert got["Assistant: Yes, twice last month!"][1] is not None and got["User: Nice."][1] is not None
+    assert got["User: unrelated, no session"][:2] == (None, None)
+
+
+def test_a_turn_that_arrives_before_its_predecessor_is_recontextualised_when_the_predecessor_lands(engine, rt):
+    t, s = new_tenant(engine), uuid.uuid4()
+    store(engine, rt, t, [turn("User: I booked the flight to Lisbon.", s, 0), turn("User: It leaves at noon.", s, 2)])
+    before = state(engine, t)["User: It leaves at noon."]
+    assert before[0] == "User: I booked the flight to Lisbon."
+
+    # the turn between them arrives late (occurred_at orders the session, not arrival)
+    store(engine, rt, t, [turn("Assistant: Great, which airline?", s, 1)])
+
+    after = state(engine, t)
+    assert after["Assistant: Great, which airline?"][0] == "User: I booked the flight to Lisbon."
+    assert after["User: It leaves at noon."][0] == "Assistant: Great, which airline?"
+    assert after["User: It leaves at noon."][1] != before[1]  # its contextual vector was re-embedded
+
+
+def test_a_butler_never_gets_another_butlers_turn_as_its_context(engine, rt):
+    t, s = new_tenant(engine), uuid.uuid4()
+    store(engine, rt, t, [turn("User: my private diagnosis is X", s, 0, butler="health"),
+                          turn("User: book a table", s, 1, butler="general")])
+    assert state(engine, t)["User: book a table"][0] is None
+
+
+def test_a_long_episode_is_also_embedded_as_overlapping_windows(engine, rt):
+    t = new_tenant(engine)
+    long = "Assistant: " + " ".join(f"step {i}: check the valve and log the pressure." for i in range(120))
+    store(engine, rt, t, [turn(long, uuid.uuid4(), 0), turn("User: short one", None, 1)])
+    got = state(engine, t)
+    assert got[long][2] >= 3 and got["User: short one"][2] == 0
+
+
+def test_a_turn_is_found_through_the_words_of_the_turn_before_it(engine, rt, reader):
+    t, s = new_tenant(engine), uuid.uuid4()
+    filler = [turn(f"User: note {i} about groceries and errands", uuid.uuid4(), 10 + i) for i in range(8)]
+    store(engine, rt, t, [turn("User: How often did you go kayaking?", s, 0),
+                          turn("Assistant: Twice last month, both on Sundays.", s, 1), *filler])
+    hits = reader.search(tenant_id=t, visibility=Visibility(scopes=("global",), butlers=("general",)),
+                         query="kayaking", types=["episode"], mode="keyword", limit=5, min_confidence=None)
+    assert [h.content for h in hits[:2]] == ["User: How often did you go kayaking?",
+                                             "Assistant: Twice last month, both on Sundays."]
+
+
+def test_imported_history_keeps_its_time_expires_from_acceptance_and_can_be_bounded(engine, rt, reader):
+    t, s = new_tenant(engine), uuid.uuid4()
+    store(engine, rt, t, [turn("User: we adopted a cat named Miso", s, 0),
+                          turn("User: Miso the cat turned two", s, 60 * 24 * 30)])
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT occurred_at, created_at, expires_at FROM episodes WHERE tenant_id = :t "
+                                 "ORDER BY occurred_at"), {"t": t}).all()
+    assert rows[0].occurred_at == T0 and rows[1].occurred_at == T0 + timedelta(days=30)
+    assert all(r.expires_at > datetime.now(timezone.utc) and r.created_at > T0 for r in rows)
+    view = Visibility(scopes=("global",), butlers=("general",))
+
+    def contents(**bounds: datetime) -> list[str]:
+        return [h.content for h in reader.search(tenant_id=t, visibility=view, query="Miso the cat", types=["episode"],
+                                                 mode="hybrid", limit=5, min_confidence=None, **bounds)]
+
+    assert len(contents()) == 2
+    assert contents(until=T0 + timedelta(days=1)) == ["User: we adopted a cat named Miso"]
+    assert contents(since=T0 + timedelta(days=1)) == ["User: Miso the cat turned two"]
+
+
+def test_vectors_and_context_of_another_tenant_never_answer(engine, rt, reader):
+    mine, theirs = new_tenant(engine), new_tenant(engine)
+    secret = "Assistant: " + " ".join(f"the vault code is 4471 and the safe is in room {i}." for i in range(80))
+    store(engine, rt, theirs, [turn("User: where is the vault code?", s := uuid.uuid4(), 0), turn(secret, s, 1)])
+    store(engine, rt, mine, [turn("User: I like tea", uuid.uuid4(), 0)])
+    for mode in ("semantic", "keyword", "hybrid"):
+        hits = reader.search(tenant_id=mine, visibility=Visibility(scopes=("global",), butlers=("general",)),
+                             query="vault code safe room", types=["episode"], mode=mode, limit=10, min_confidence=None)
+        assert all(h.content == "User: I like tea" for h in hits)
