@@ -160,6 +160,15 @@ def in_block(q: rm.Query, block: str, turns: dict[tuple[int, int], rm.Turn]) -> 
 
 
 def report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> None:  # noqa: ANN001
+    """The tables, one per split present (dev = personas 1-5, the tuning split; test = 6-10)."""
+    for name in ("dev", "test"):
+        mine = [r for r in runs if r.number in rm.split(name)]
+        if mine:
+            print(f"\n=== {name} split ({'tuned on' if name == 'dev' else 'held out'}) ===")
+            _report(mine, engine, ingest_s, with_context)
+
+
+def _report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> None:  # noqa: ANN001
     per_query: dict[str, list] = {"memory_search (hybrid)": [], "rank-bm25": [], "dense (MiniLM)": []}
     blocks, packs = [], []
     for run in runs:

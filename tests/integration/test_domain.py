@@ -15,6 +15,7 @@ from shared.consolidation_plan import fact_text
 from shared.db import unit_of_work
 from shared.embedding import Embedder, get_embedder, get_token_counter
 from shared.reads import Reader
+from shared.references import ReferenceBumper
 from shared.schemas import FactWrite, RuleWrite
 from shared.writes import ALL, Actor, Visibility
 
@@ -324,3 +325,42 @@ def test_a_late_applied_older_fact_does_not_supersede_a_newer_one(engine, embedd
     # then the latest accepted write stays active and the late one joins the chain as superseded
     assert rows[newer].validity == "active"
     assert rows[older].validity == "superseded" and rows[older].superseded_by_id == newer
+
+
+def test_rules_are_not_starved_by_many_facts_in_context(engine, embedder, reader):
+    # given a tenant with 60 facts about the topic and two rules about it (each section has its own pool)
+    t = new_tenant(engine)
+    for i in range(60):
+        fact(engine, embedder, t, "user", f"garden_note_{i}", f"The user's garden bed {i} grows tomatoes and basil")
+    rules = [rule(engine, embedder, t, "Suggest watering the garden in the early morning"),
+             rule(engine, embedder, t, "Ask before ordering new seeds for the garden")]
+    # when a butler asks for its context about the garden
+    block = reader.context(tenant_id=t, visibility=ALL, trigger_prompt="what should I do in the garden today?",
+                           token_budget=2000, now=NOW)
+    # then the rules section holds both rules next to the facts
+    assert set(block.included.get("rules", [])) == {str(r) for r in rules}
+    assert len(block.included.get("facts", [])) >= 10
+
+
+def test_a_memory_shown_yesterday_does_not_outrank_a_clearly_better_match_today(engine, embedder):
+    # given two facts: one clearly about the question, one shown in yesterday's block on another topic
+    t = new_tenant(engine)
+    better = fact(engine, embedder, t, "user", "allergy", "The user is allergic to peanuts", now=NOW - timedelta(days=60))
+    shown = fact(engine, embedder, t, "user", "snack", "The user snacks on crisps in the evening",
+                 now=NOW - timedelta(days=60))
+    bumper = ReferenceBumper(engine, interval=3600)
+    reader = Reader(engine=engine, settings=SETTINGS, embed=embedder.embed_one,
+                    count_tokens=get_token_counter().count_many, bumper=bumper)
+    yesterday = reader.context(tenant_id=t, visibility=ALL, trigger_prompt="evening crisps snack", token_budget=500,
+                               now=NOW - timedelta(days=1))
+    assert str(shown) in yesterday.included["facts"]
+    bumper.close()  # writes the bumps of yesterday's block
+    with engine.connect() as conn:
+        count, referenced = conn.execute(text("SELECT reference_count, last_referenced_at FROM facts WHERE id = :i"),
+                                         {"i": shown}).one()
+    # then the block counted it, but did not make it look recently used
+    assert count >= 1 and referenced < NOW - timedelta(days=30)
+    # and today the better match leads
+    hits = reader.recall(tenant_id=t, visibility=ALL, topic="does the user have a peanut allergy?", limit=2, now=NOW)
+    assert hits[0].id == better
+
