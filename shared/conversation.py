@@ -106,6 +106,25 @@ def index_episodes(conn: Connection, *, tenant_id: str, stored: Sequence[StoredE
     return {"windows": len(windows), "contextualised": len(changed)}
 
 
+def rebuild_vectors(conn: Connection, *, rows: Sequence[dict[str, Any]], embed: Embed, offsets: Offsets) -> int:
+    """Replace the other vectors of stored episodes (``rows``: id, tenant_id, butler, content, preceding), e.g.
+    after a model change. Returns how many vectors were written."""
+    stored = [StoredEpisode(r["id"], r["butler"], None, r["content"]) for r in rows]
+    windows = _windows(stored, offsets)
+    with_context = [r for r in rows if r["preceding"] is not None]
+    texts = [t for _, _, t in windows] + [contextual_text(r["preceding"], r["content"]) for r in with_context]
+    vectors = embed(texts) if texts else np.zeros((0, 384), dtype=np.float32)
+    owner = {r["id"]: r for r in rows}
+    out = [(eid, n, v) for (eid, n, _), v in zip(windows, vectors)]
+    out += [(r["id"], 0, v) for r, v in zip(with_context, vectors[len(windows):])]
+    conn.execute(episode_vectors.delete().where(episode_vectors.c.episode_id.in_(list(owner))))
+    if out:
+        conn.execute(episode_vectors.insert(), [{"episode_id": eid, "n": n, "embedding": v,
+                                                 "tenant_id": owner[eid]["tenant_id"], "butler": owner[eid]["butler"]}
+                                                for eid, n, v in out])
+    return len(out)
+
+
 def _windows(stored: Sequence[StoredEpisode], offsets: Offsets) -> list[tuple[uuid.UUID, int, str]]:
     """(episode id, window number from 1, window text) for every episode longer than the model reads."""
     out = []

@@ -13,7 +13,8 @@ import numpy as np
 from sqlalchemy import Engine, text
 
 from shared import repository as repo
-from shared.embedding import ModelVersion
+from shared.conversation import rebuild_vectors
+from shared.embedding import ModelVersion, word_piece_offsets
 
 # What is embedded for each type, in SQL: the same text as shared.consolidation_plan.embedding_text.
 EMBED_TEXT = {
@@ -21,6 +22,10 @@ EMBED_TEXT = {
     "facts": "subject || ' ' || replace(predicate, '_', ' ') || ': ' || content",
     "rules": "content",
 }
+
+
+# What else a batch reads: an episode's other vectors are rebuilt with it (shared.conversation).
+EXTRA = {"episodes": "tenant_id, butler, preceding", "facts": "NULL AS preceding", "rules": "NULL AS preceding"}
 
 
 def stale_count(engine: Engine, version_id: int) -> int:
@@ -41,7 +46,7 @@ def reembed(
         while True:
             with engine.begin() as conn:
                 rows = conn.execute(text(
-                    f"SELECT id, {expr} AS body FROM {table} WHERE id > :after "
+                    f"SELECT id, {expr} AS body, {EXTRA[table]} FROM {table} WHERE id > :after "
                     "AND embedding_version_id IS DISTINCT FROM :v ORDER BY id LIMIT :n FOR UPDATE SKIP LOCKED"
                 ), {"after": after, "v": version_id, "n": batch}).all()
                 if not rows:
@@ -52,5 +57,8 @@ def reembed(
                     "FROM unnest(CAST(:ids AS uuid[]), CAST(:vecs AS text[])) AS b(id, vec) WHERE t.id = b.id"
                 ), {"v": version_id, "ids": [str(r.id) for r in rows],
                     "vecs": ["[" + ",".join(f"{x:.7g}" for x in v) + "]" for v in vectors]})
+                if table == "episodes":  # and their contextual and window vectors
+                    rebuild_vectors(conn, rows=[{**r._mapping, "content": r.body} for r in rows], embed=embed,
+                                    offsets=word_piece_offsets)
                 after = rows[-1].id
             yield table, len(rows)

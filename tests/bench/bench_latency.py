@@ -39,7 +39,7 @@ def pct(values: list[float], p: float) -> float:
 class Phases:
     """When each phase of a memory_context call starts and ends, from the call's start (``--phases``)."""
 
-    WRAPPED = {"recent episodes": (retrieval, "recent_episodes"), "gather statement": (candidates, "gather"),
+    WRAPPED = {"recent episodes": (candidates, "recent_episodes"), "gather statement": (candidates, "gather"),
                "ranking and hits": (retrieval, "_ranked"), "context block": (context_builder, "build")}
 
     def __init__(self) -> None:
