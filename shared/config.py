@@ -115,6 +115,9 @@ class RetrievalSettings(_Section):
     # Each further hit of a session (episodes) or subject+predicate (facts) already listed scores this much less
     # (multiplied once per earlier hit): the top of a list covers more of what was said. 1 = no diversification.
     diversity_decay: float = Field(0.95, gt=0, le=1)
+    # recall/context: a rule-based reading of the question (identity, preference, procedure, event) nudges facts
+    # against rules and durable facts against passing ones (shared.intent).
+    intent_routing: bool = True
     rrf_k: int = Field(60, ge=1)
     # fusion="rrf" only: a keyword match joins the fusion only if it covers more than this share of the query's idf
     # weight: a clear majority, so a row holding one of two similarly rare terms (share ~0.5) stays out.

@@ -18,6 +18,7 @@ from shared import candidates
 from shared.candidates import Bm25, Filter
 from shared.config import RetrievalSettings
 from shared.fusion import diversify, fuse
+from shared.intent import Intent, classify, weight
 from shared.schemas import Hit
 from shared.scoring import (
     composite_score, effective_confidence, normalise_rrf, recency, relative_relevance, rrf, rule_weight,
@@ -86,8 +87,10 @@ def _effective(kind: str, row: Row, f: Filter) -> float | None:
                                 last_confirmed_at=row["last_confirmed_at"], now=f.now)
 
 
-def _score(kind: str, row: Row, *, best: float, f: Filter, settings: RetrievalSettings) -> float:
-    """Seed 000's composite score, relevance relative to the ``best`` of the read (shared.scoring)."""
+def _score(kind: str, row: Row, *, best: float, f: Filter, settings: RetrievalSettings,
+           intent: Intent = "general") -> float:
+    """Seed 000's composite score, relevance relative to the ``best`` of the read (shared.scoring), nudged by the
+    query's intent (shared.intent)."""
     eff = _effective(kind, row, f)
     score = composite_score(
         relevance=relative_relevance(row["relevance"], best), importance=row["importance"],
@@ -95,6 +98,7 @@ def _score(kind: str, row: Row, *, best: float, f: Filter, settings: RetrievalSe
                         decay_per_day=settings.recency_decay_per_day),
         effective_confidence=1.0 if eff is None else eff, weights=settings.score_weights,
     )
+    score *= weight(intent, kind=kind, permanence=row["permanence"])
     return round(score * rule_weight(row["maturity"]) if kind == "rule" else score, 6)
 
 
@@ -147,8 +151,9 @@ def recall(
     """memory_recall: facts and rules for a topic by composite score (hybrid candidates)."""
     found = _candidates(conn, kinds=types, f=f, query=topic, vector=vector, mode="hybrid", settings=settings)
     best = max((row["relevance"] for _, row in found), default=0.0)
-    return _ranked([(_score(kind, row, best=best, f=f, settings=settings), kind, row) for kind, row in found],
-                   limit, f, decay=settings.diversity_decay)
+    intent = _intent(topic, settings)
+    return _ranked([(_score(kind, row, best=best, f=f, settings=settings, intent=intent), kind, row)
+                    for kind, row in found], limit, f, decay=settings.diversity_decay)
 
 
 def context_sections(
@@ -162,8 +167,9 @@ def context_sections(
                         settings=settings)
     pool, limit = {"fact": [], "rule": [], "episode": []}, settings.candidate_pool
     best = {kind: max((r["relevance"] for k, r in found if k == kind), default=0.0) for kind in pool}
+    intent = _intent(topic, settings)
     for kind, row in found:
-        pool[kind].append((_score(kind, row, best=best[kind], f=f, settings=settings), kind, row))
+        pool[kind].append((_score(kind, row, best=best[kind], f=f, settings=settings, intent=intent), kind, row))
     seen = {row["id"] for _, _, row in pool["episode"]}
     share = settings.context_episode_recency
     episodes = [(round((1 - share) * row["relevance"] + share * _recency(row, f, settings), 6), "episode", row)
@@ -171,6 +177,10 @@ def context_sections(
     return {"fact": _ranked(pool["fact"], limit, f, decay=settings.diversity_decay),
             "rule": _ranked(pool["rule"], limit, f, decay=settings.diversity_decay),
             "episode": _ranked(episodes, limit, f, decay=settings.diversity_decay)}
+
+
+def _intent(topic: str, settings: RetrievalSettings) -> Intent:
+    return classify(topic) if settings.intent_routing else "general"
 
 
 def _recency(row: Row, f: Filter, settings: RetrievalSettings) -> float:
