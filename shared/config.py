@@ -118,6 +118,11 @@ class RetrievalSettings(_Section):
     # recall/context: a rule-based reading of the question (identity, preference, procedure, event) nudges facts
     # against rules and durable facts against passing ones (shared.intent).
     intent_routing: bool = True
+    # memory_search's optional second stage (shared.rerank): "cross-encoder" reorders the top reranker_top_n hits
+    # with the model in reranker_path (a local directory; no weights ship with the project).
+    reranker: Literal["none", "cross-encoder"] = "none"
+    reranker_path: str = ""
+    reranker_top_n: int = Field(20, ge=1, le=200)
     rrf_k: int = Field(60, ge=1)
     # fusion="rrf" only: a keyword match joins the fusion only if it covers more than this share of the query's idf
     # weight: a clear majority, so a row holding one of two similarly rare terms (share ~0.5) stays out.
@@ -130,6 +135,13 @@ class RetrievalSettings(_Section):
     context_recent_episodes: int = Field(5, ge=0, le=100)
     context_episode_recency: float = Field(0.2, ge=0, le=1)
     read_timeout_ms: int = Field(2000, ge=10, le=60_000)
+
+    @model_validator(mode="after")
+    def _reranker_has_a_model(self) -> "RetrievalSettings":
+        if self.reranker == "cross-encoder" and not Path(self.reranker_path).is_dir():
+            raise ValueError("reranker_path must be a directory holding the cross-encoder when reranker = "
+                             f"'cross-encoder' (got {self.reranker_path!r})")
+        return self
 
 
 class MemorySettings(_Section):

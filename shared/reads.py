@@ -28,6 +28,7 @@ from shared.embedding import to_pgvector
 from shared.errors import InvalidInput, Unavailable
 from shared.models import episodes, facts, memory_events, rules
 from shared.references import ReferenceBumper
+from shared.rerank import get_reranker, rerank
 from shared.schemas import Hit
 from shared.writes import Visibility, load_visible
 
@@ -97,6 +98,9 @@ class Reader:
             hits = retrieval.search(conn, f=self._filter(tenant_id, visibility, floor, now, since, until), query=query,
                                     vector=None if vec is None else vec.result, types=types, mode=mode, limit=limit,
                                     settings=self.retrieval)
+        reranker = get_reranker(self.retrieval.reranker, self.retrieval.reranker_path)
+        if reranker is not None:  # outside the read transaction: the model's time holds no connection
+            hits = rerank(query, hits, text=lambda h: h.content, reranker=reranker, top_n=self.retrieval.reranker_top_n)
         self._bump(hits)
         return hits
 
