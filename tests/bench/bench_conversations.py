@@ -197,11 +197,11 @@ def _report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> Non
 
 
 def single_client(url: str, run: Run) -> list[float]:
-    """The persona's searches again, one client, idle stack: memory_search latency through MCP."""
+    """The persona's searches again (those asked), one client, idle stack: memory_search latency through MCP."""
     async def go() -> list[float]:
         out = []
         async with open_session(url, run.token, timeout_s=60) as session:
-            for q in run.persona.queries:
+            for q in (q for q in run.persona.queries if q.query_id in run.ranked):
                 until = next(t.occurred_at for t in run.persona.turns if t.key[0] == q.session).isoformat()
                 t0 = time.perf_counter()
                 await call_tool(session, "memory_search", {"query": q.text, "types": ["episode"], "limit": 20,

@@ -103,3 +103,23 @@ def test_decay_benchmark_runs_small(empty_database_url):
     (first_batches, first_changed), (_, again_changed) = sweeps
     assert int(first_batches) >= 4 and int(first_changed) > 0, out  # about a tenth change band on the first sweep
     assert int(again_changed) == 0, out  # nothing left to change on the second
+
+
+def test_conversation_benchmark_runs_small(empty_database_url):
+    # two personas, their first three queries: the real front, two real workers, the replay and both baselines
+    out = _run("bench_conversations.py", "--personas", "4,10", "--limit", "3", "--database-url", empty_database_url,
+               "--redis-url", SMALL_BENCH_REDIS_URL)
+    assert "=== dev split" in out and "=== test split" in out
+    for system in ("memory_search (hybrid)", "rank-bm25", "dense (MiniLM)"):
+        rows = [line for line in out.splitlines() if line.startswith(system) and " all " in line]
+        assert len(rows) == 2, out
+        for row in rows:
+            values = [float(x) for x in re.findall(r"\d+\.\d{3}", row)]
+            assert len(values) == 6 and all(0 <= v <= 1 for v in values), row
+            # recall grows with depth
+            assert values[0] <= values[1] <= values[2] <= values[3], row
+    shares = _figures(out, "evidence in the block")
+    assert len(shares) >= 2 and all(0 <= s <= 1 for s in shares[:2]), out
+    p50, p95 = _figures(out, "memory_search via MCP", r"\d+\.\d")[-2:]
+    assert 0 < p50 <= p95, out
+    assert redis_lib.Redis.from_url(SMALL_BENCH_REDIS_URL).dbsize() == 0
