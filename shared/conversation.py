@@ -1,16 +1,20 @@
-"""Episodes in their conversation: the turns before a turn (its lexical context) and windows of long episodes.
+"""Episodes in their conversation: the turn before a turn (its context) and windows of long episodes.
 
 A chat turn alone ("Yes, twice last month!") often cannot answer a question; the turn before it can say what it
-is about. Each episode with a ``session_id`` carries ``preceding``: the text of up to :data:`PRECEDING_TURNS`
-turns just before it among the same butler's episodes of that session, in (``occurred_at``, ``seq``) order. It is
-indexed as a second, lower-weighted keyword field (``context_vector``) and never shown as the episode's content.
+is about. Each episode with a ``session_id`` carries ``preceding``: the start (:data:`PRECEDING_CHARS`) of the turn
+just before it among the same butler's episodes of that session, in (``occurred_at``, ``seq``) order. It is
+indexed as a second, lower-weighted keyword field (``context_vector``), the turn is also embedded read after it
+(``episode_vectors`` n = 0), and it is never shown as the episode's content.
 
 The rule (set-based, in the apply transaction): after a batch is inserted, every episode of the batch's
 (butler, session) pairs whose ``preceding`` differs from what its session now says is updated. So a turn that
 arrives before its predecessor is re-contextualised when the predecessor lands, in that one statement.
 
 Long episodes: the model reads the first 256 word pieces only; an episode longer than that is also embedded as
-overlapping windows (``episode_windows``) and is as near to a query as its nearest window.
+overlapping windows (``episode_vectors`` n >= 1) and is as near to a query as its nearest window.
+
+Measured on the conversation dev split (BENCHMARKS.md): the contextual vector and the windows each add about
+0.04 to dense recall@10; the preceding turn as a keyword field adds little on its own (kept at a low weight).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def _candidates(
 
 def _relevance(rows: list[Row], *, kind: str, mode: str, settings: RetrievalSettings) -> list[Row]:
     if mode in ("semantic", "keyword"):
-        listed = [r for r in rows if r[mode]]
+        listed = [r for r in rows if r[mode] is not None]
         for r in listed:
             r["relevance"] = r[mode]
         return listed
