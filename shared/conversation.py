@@ -13,7 +13,7 @@ arrives before its predecessor is re-contextualised when the predecessor lands, 
 Long episodes: the model reads the first 256 word pieces only; an episode longer than that is also embedded as
 overlapping windows (``episode_vectors`` n >= 1) and is as near to a query as its nearest window.
 
-Measured on the conversation dev split (BENCHMARKS.md): the contextual vector and the windows each add about
+Measured on persona 1 of the conversation dev split (BENCHMARKS.md): the contextual vector and the windows each add about
 0.04 to dense recall@10; the preceding turn as a keyword field helps BM25 alone (+0.03) and little within the
 fusion (kept at a low weight).
 """
