@@ -33,7 +33,7 @@ def fuse(*, semantic: float | None, keyword: float | None, semantic_weight: floa
 
 def diversify(items: Sequence[T], *, score: Callable[[T], float], group: Callable[[T], Hashable | None],
               decay: float, limit: int) -> list[T]:
-    """The first ``limit`` of ``items`` (given best first) re-ranked greedily by ``score * decay ** shown`` where
+    """The first ``limit`` of ``items`` (given best first, scores >= 0) re-ranked greedily by ``score * decay ** shown`` where
     ``shown`` counts the items of the same group already taken (None = no group). ``decay`` 1 keeps the order.
 
     Ties keep the given order, so the result is deterministic for a deterministic input."""
@@ -47,8 +47,11 @@ def diversify(items: Sequence[T], *, score: Callable[[T], float], group: Callabl
     while pool and len(out) < limit:
         best_i, best = 0, float("-inf")
         for i, item in enumerate(pool):
+            raw = score(item)
+            if raw <= best:  # given best first, and a discount only lowers a score: no later item can win
+                break
             g = group(item)
-            value = score(item) * (decay ** shown[g] if g is not None else 1.0)
+            value = raw * (decay ** shown[g] if g is not None else 1.0)
             if value > best:
                 best_i, best = i, value
         item = pool.pop(best_i)

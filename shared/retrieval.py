@@ -1,8 +1,10 @@
-"""The read path: candidate search (semantic / keyword / hybrid) → score → deterministic order → limit.
+"""The read path: candidate search (semantic / keyword / hybrid) → score → deterministic order → diversify → limit.
 
-``search`` ranks by the mode's relevance (it is a search); ``recall`` (which memory_context uses too) ranks by the
-composite score of seed 000 (relevance, importance, recency, effective confidence; rules weighted by maturity).
-Every ordering ends with the contract's tie-breakers: score DESC, created_at DESC, id ASC.
+Hybrid relevance fuses both legs by value (shared.fusion; RRF as an option). ``search`` ranks by the mode's
+relevance (it is a search); ``recall`` and memory_context's facts and rules rank by the composite score of seed 000
+(relevance relative to the read's best match, importance, recency, effective confidence; rules weighted by
+maturity; nudged by the question's intent); memory_context's episodes by relevance with a recency share.
+Every ordering ends with the contract's tie-breakers: score DESC, created_at DESC (an episode's occurred_at), id ASC.
 
 Candidates are scored as plain rows; a :class:`Hit` is built only for the rows a read returns.
 """
@@ -52,8 +54,8 @@ def _relevance(rows: list[Row], *, kind: str, mode: str, settings: RetrievalSett
         return listed
     if settings.fusion == "value":
         for r in rows:
-            r["relevance"] = fuse(semantic=r["semantic"], keyword=r["keyword"],
-                                  semantic_weight=getattr(settings.semantic_weight, kind), keyword_exponent=settings.keyword_exponent)
+            r["relevance"] = fuse(semantic=r["semantic"], keyword=r["keyword"], keyword_exponent=settings.keyword_exponent,
+                                  semantic_weight=getattr(settings.semantic_weight, kind))
         return rows
     # RRF: keyword evidence enters only where a row carries a clear majority (by default 0.6) of the query's term
     # weight: a partial match on a few common words is weak evidence, and RRF's flat top ranks would let it reorder
