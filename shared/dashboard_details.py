@@ -101,15 +101,16 @@ def rule_detail(conn: Connection, *, tenant_id: str, rule_id: uuid.UUID, visibil
             **_provenance(conn, tenant_id=tenant_id, kind="rule", row=row, visibility=visibility)}
 
 
-def episode_detail(conn: Connection, *, tenant_id: str, episode_id: uuid.UUID,
-                   visibility: Visibility) -> dict[str, Any]:
+def episode_detail(conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, visibility: Visibility,
+                   now: datetime) -> dict[str, Any]:
     """An episode with the facts and rules consolidated from it."""
     row = dict(load_visible(conn, kind="episode", tenant_id=tenant_id, entity_id=episode_id, visibility=visibility))
     for key in ("tenant_id", "metadata"):
         row.pop(key, None)
     derived = {}
     for kind, sql in DERIVED_SQL.items():
-        found = conn.execute(text(sql), {"t": tenant_id, "id": episode_id, "limit": HISTORY_LIMIT}).mappings()
+        found = conn.execute(text(sql), {"t": tenant_id, "id": episode_id, "now": now,
+                                         "limit": HISTORY_LIMIT}).mappings()
         derived[f"{kind}s"] = [dict(r) for r in found if visibility.allows(kind, r)]
     return {"episode": row, **derived,
             "events": _events(conn, tenant_id=tenant_id, kind="episode", entity_id=episode_id)}

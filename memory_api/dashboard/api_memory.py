@@ -156,4 +156,4 @@ async def list_episodes(call: ApiCall) -> dict[str, Any]:
 async def get_episode(call: ApiCall) -> dict[str, Any]:
     episode_id, visibility = call.path_id(), access.default_visibility(call.principal)
     return await call.read(lambda conn: details.episode_detail(conn, tenant_id=call.tenant, episode_id=episode_id,
-                                                               visibility=visibility))
+                                                               visibility=visibility, now=utcnow()))
