@@ -4,7 +4,9 @@ own scope and cannot edit. Every check waits for the page (polling with a deadli
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from selenium.webdriver.common.by import By
@@ -14,7 +16,7 @@ from sqlalchemy import Engine
 
 from tests.api.conftest import Front, new_token
 from tests.api.dashboard_client import events_about
-from tests.browser.conftest import WAIT_S
+from tests.browser.conftest import SHOTS, WAIT_S
 from tests.dashboard_seed import Seeded
 
 
@@ -138,3 +140,24 @@ def test_narrow_window_and_a_bad_token(page: Any, dashboard_front: Front, admin_
     css(page, "#token").send_keys("mb_wrong")
     page.find_element(By.ID, "signin-button").click()
     assert "unknown or revoked" in css(page, "#errors .alert").text
+
+
+def test_screenshots_for_the_docs(page: Any, dashboard_front: Front, admin_token: str, seeded: Seeded) -> None:
+    """The three pictures README links (fleet page, butler page, fact drawer); DASHBOARD_DOCS_SHOTS=docs/img
+    writes them into the docs, otherwise next to the failure screenshots."""
+    out = Path(os.environ.get("DASHBOARD_DOCS_SHOTS", SHOTS / "docs"))
+    out.mkdir(parents=True, exist_ok=True)
+    sign_in(page, dashboard_front, admin_token, "/memory")
+    wait(page, lambda p: p.find_elements(By.CSS_SELECTOR, "#activity-list .event"))
+    page.find_element(By.ID, "search-q").send_keys("dentist appointment")
+    page.find_element(By.ID, "search-button").click()
+    css(page, "#search-results .hit")
+    page.save_screenshot(str(out / "dashboard-fleet.png"))
+    page.get(dashboard_front.base + "/butlers/health/memory")
+    wait(page, lambda p: p.execute_script("return document.body.dataset.ready"))
+    fact_card(page, seeded.facts["allergy"])
+    page.save_screenshot(str(out / "dashboard-butler.png"))
+    fact_card(page, seeded.facts["color"]).click()
+    css(page, "#chain li")
+    page.save_screenshot(str(out / "dashboard-fact-drawer.png"))
+    assert all((out / f"dashboard-{n}.png").stat().st_size > 10_000 for n in ("fleet", "butler", "fact-drawer"))
