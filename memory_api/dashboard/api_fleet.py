@@ -48,7 +48,7 @@ async def stats(call: ApiCall) -> dict[str, Any]:
 
 @endpoint(query=ScopeQuery)
 async def health(call: ApiCall) -> dict[str, Any]:
-    """memory_stats plus the confidence and rule-effectiveness histograms, for the health charts."""
+    """memory_stats (its confidence bands are the confidence chart) plus the rule-effectiveness histogram."""
     scope = access.stats_scope(call.principal, call.query.scope)
     numbers = await call.read(lambda conn: health_queries.health(
         conn, tenant_id=call.tenant, scope=scope, now=utcnow(), settings=call.services.settings))
@@ -109,7 +109,7 @@ def _butler(call: ApiCall) -> tuple[str, Visibility]:
 
 @endpoint()
 async def butler_stats(call: ApiCall) -> dict[str, Any]:
-    """memory_stats narrowed to the butler (with the health histograms), as memory_stats(scope=name)."""
+    """memory_stats narrowed to the butler (with the effectiveness histogram), as memory_stats(scope=name)."""
     name, _ = _butler(call)
     numbers = await call.read(lambda conn: health_queries.health(
         conn, tenant_id=call.tenant, scope=name, now=utcnow(), settings=call.services.settings))

@@ -30,7 +30,7 @@ BUTLER = "/api/butlers/{name}/memory"
 
 API: tuple[Api, ...] = (
     Api("GET", "/api/memory/stats", fleet.stats, "System-wide (or one scope's) memory health and counts"),
-    Api("GET", "/api/memory/health", fleet.health, "Stats plus confidence and rule-effectiveness histograms"),
+    Api("GET", "/api/memory/health", fleet.health, "Stats plus the rule-effectiveness histogram (the health charts)"),
     Api("GET", "/api/memory/facts", mem.list_facts, "Browse and filter facts (grouped by subject)"),
     Api("GET", FACT, mem.get_fact, "A fact with provenance, links and its full supersession chain"),
     Api("PUT", FACT, mem.edit_fact, "Correct a fact: a new fact supersedes it (audited)", "admin"),

@@ -98,8 +98,8 @@ def test_activity_is_newest_first_with_a_cursor(admin: Dash) -> None:
 
 def test_health_charts_add_up(admin: Dash, seeded: Seeded) -> None:
     health = admin.get("/api/memory/health")["health"]
-    live = health["facts"]["by_validity"]["active"] + health["facts"]["by_validity"]["fading"]
-    assert sum(b["count"] for b in health["charts"]["confidence_histogram"]) == live == 4
+    active = health["facts"]["by_validity"]["active"]
+    assert sum(health["facts"]["active_confidence_bands"].values()) == active == 4
     rated = sum(b["count"] for b in health["charts"]["effectiveness_histogram"])
     assert rated == health["rules"]["effectiveness"]["rated"] == 3
     assert health["episodes"]["backlog"]["count"] == 3

@@ -10,6 +10,7 @@ timed back to back; the browser sends the last two side by side, so the page is 
 from __future__ import annotations
 
 import argparse
+import logging
 import random
 import sys
 import time
@@ -71,6 +72,8 @@ def main() -> int:
     parser.add_argument("--database-url")
     parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="emptied before and after (no message is sent)")
     args = parser.parse_args()
+    for noisy in ("httpx", "uvicorn.access", "memory_butler.dashboard"):  # one line per request otherwise
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     from tests.api.conftest import Front  # the API tests' way of running the real front in this process
 
     with bench_redis(args.redis_url) as redis_url, bench_engine(args.database_url) as engine:

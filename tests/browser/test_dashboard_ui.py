@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -21,7 +22,9 @@ from tests.dashboard_seed import Seeded
 
 
 def wait(page: Any, condition: Callable[[Any], Any]) -> Any:
-    return WebDriverWait(page, WAIT_S).until(condition)
+    """Poll ``condition`` until truthy; an element replaced while it was read (the page re-renders) is retried."""
+    return WebDriverWait(page, WAIT_S, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+                         ).until(condition)
 
 
 def css(page: Any, selector: str) -> Any:
@@ -68,9 +71,10 @@ def test_edit_a_fact_and_see_the_old_one_struck_through(page: Any, dashboard_fro
     chain = page.find_elements(By.CSS_SELECTOR, "#chain li")
     assert len(chain) == 3 and "current" in chain[-1].get_attribute("class")
     assert "fact.stored" in page.find_element(By.ID, "drawer").text
-    old = fact_card(page, seeded.facts["color"])
-    assert "superseded" in old.get_attribute("class")
-    old.find_element(By.CSS_SELECTOR, "a.replacement").click()
+    wait(page, lambda p: "superseded" in fact_card(p, seeded.facts["color"]).get_attribute("class"))
+    page.find_element(By.ID, "drawer-close").click()
+    wait(page, lambda p: fact_card(p, seeded.facts["color"]).find_element(By.CSS_SELECTOR, "a.replacement").click()
+         or True)
     wait(page, lambda p: "teal" in p.find_element(By.ID, "drawer-content").text)
     assert [e["event_type"] for e in events_about(engine, seeded.tenant, seeded.facts["color"])][-1] == \
         "fact.superseded"

@@ -29,11 +29,25 @@
         h("div", { class: "chart-axis" }, h("span", {}, "0"), h("span", {}, "0.5"), h("span", {}, "1"))]);
   }
 
+  // Seed 000's bands over active facts, coloured as the fact cards' confidence bars.
+  const BANDS = [["below_0.2", "< 0.2", "red"], ["0.2_to_0.5", "0.2–0.5", "red"], ["0.5_to_0.8", "0.5–0.8", "yellow"],
+    ["above_0.8", "> 0.8", "green"]];
+
+  function bandChart(bands) {
+    const max = Math.max(1, ...BANDS.map(([k]) => bands[k]));
+    const total = BANDS.reduce((n, [k]) => n + bands[k], 0);
+    return h("div", { id: "chart-confidence" }, h("h3", {}, "Confidence of active facts"),
+      total === 0 ? h("p", { class: "empty" }, "No active facts yet.") : [
+        h("div", { class: "chart" }, BANDS.map(([k, label, cls]) => h("div", {
+          class: `col ${cls}`, title: `${label}: ${bands[k]}`, style: `height:${(bands[k] / max) * 100}%` }))),
+        h("div", { class: "chart-axis" }, BANDS.map(([k, label]) => h("span", {}, `${label} (${bands[k]})`)))]);
+  }
+
   function healthPanel(data) {
     const backlog = data.episodes.backlog, eff = data.rules.effectiveness, dead = data.dead_letters;
     const last = backlog.last_consolidation_at;
     document.getElementById("health-body").replaceChildren(
-      chart("Confidence of live facts", data.charts.confidence_histogram, "chart-confidence"),
+      bandChart(data.facts.active_confidence_bands),
       h("h3", {}, "Episode backlog"),
       h("div", { class: "kv", id: "backlog" },
         h("span", {}, `unconsolidated ${backlog.count}`),
