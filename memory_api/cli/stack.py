@@ -533,6 +533,9 @@ def print_summary(record: dict[str, Any]) -> None:
     for name, part in record["parts"].items():
         rows.append((PART_LABELS[name], part.get("url", "-" if "skipped" not in part else "not started"),
                      part.get("skipped") or part.get("note", "")))
+    front_url = record["parts"].get("front", {}).get("url")
+    if front_url:  # the front serves the dashboard next to /mcp
+        rows.append(("Dashboard", front_url.removesuffix("/mcp") + "/memory", "sign in with the dev token"))
     token_file = Path(record["token_file"])
     token = token_file.read_text().strip() if token_file.is_file() else "?"
     rows.append(("Dev token", token, f"admin, every butler; also in {token_file}"))
