@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import re
@@ -64,7 +65,7 @@ class Run:
         self.search_s: list[float] = []
 
 
-async def replay(run: Run, url: str, engine, limit: int | None, with_context: bool) -> None:  # noqa: ANN001
+async def replay(run: Run, url: str, engine, limit: int | None, with_context: bool, rewake) -> None:  # noqa: ANN001
     """Store the persona's sessions in order; ask each query once everything before its session is applied."""
     asked = {q.query_id for q in (run.persona.queries[:limit] if limit else run.persona.queries)}
     queries = defaultdict(list)
@@ -80,7 +81,7 @@ async def replay(run: Run, url: str, engine, limit: int | None, with_context: bo
             if queries.get(s):
                 await _store(session, run, pending)
                 pending = []
-                await asyncio.to_thread(_wait_applied, engine, run.tenant)
+                await asyncio.to_thread(_wait_applied, engine, run.tenant, lambda: rewake(run.tenant))
                 for q in queries[s]:
                     await _ask(session, run, q, by_session[s][0].occurred_at.isoformat(), with_context)
             pending += by_session[s]
@@ -97,13 +98,22 @@ async def _store(session, run: Run, turns: list[rm.Turn]) -> None:  # noqa: ANN0
         run.keys.update({item["id"]: t.key for item, t in zip(body["items"], chunk, strict=True)})
 
 
-def _wait_applied(engine, tenant: str, deadline_s: float = 1800) -> None:  # noqa: ANN001
-    t0 = time.monotonic()
+def _wait_applied(engine, tenant: str, rewake, deadline_s: float = 1800) -> None:  # noqa: ANN001
+    """Until the tenant has no unapplied write; with no progress for 30 s the wake-up is sent again (what beat's
+    redelivery sweep does on a real stack; a wake-up is lost e.g. when another benchmark empties the Redis db)."""
+    t0 = last_change = time.monotonic()
+    last = None
     while time.monotonic() - t0 < deadline_s:
         with engine.connect() as conn:
-            if not conn.execute(text("SELECT count(*) FROM write_intents WHERE tenant_id = :t AND status <> 'applied'"),
-                                {"t": tenant}).scalar():
-                return
+            left = conn.execute(text("SELECT count(*) FROM write_intents WHERE tenant_id = :t AND status <> 'applied'"),
+                                {"t": tenant}).scalar()
+        if not left:
+            return
+        if left != last:
+            last, last_change = left, time.monotonic()
+        elif time.monotonic() - last_change > 30:
+            rewake()
+            last_change = time.monotonic()
         time.sleep(0.1)
     raise TimeoutError(f"{tenant}: episodes not applied")
 
@@ -241,10 +251,12 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}/mcp"
         try:
             from memory_workers import app as worker_app
-            worker_app.configure(worker_app.app, load_settings(redis_url=args.redis_url, database_url=url_db))
+            settings = load_settings(redis_url=args.redis_url, database_url=url_db)
+            worker_app.configure(worker_app.app, settings)
             wait_ready(worker_app.app, args.workers)
             t0 = time.perf_counter()
-            asyncio.run(_all(runs, url, engine, args.limit, not args.no_context))
+            rewake = functools.partial(_rewake, settings)
+            asyncio.run(_all(runs, url, engine, args.limit, not args.no_context, rewake))
             ingest_s = time.perf_counter() - t0
             largest = max(runs, key=lambda r: len(r.persona.turns))
             latency = single_client(url, largest)
@@ -259,8 +271,15 @@ def main() -> int:
     return 0
 
 
-async def _all(runs: list[Run], url: str, engine, limit: int | None, with_context: bool) -> None:  # noqa: ANN001
-    await asyncio.gather(*(replay(run, url, engine, limit, with_context) for run in runs))
+async def _all(runs: list[Run], url: str, engine, limit: int | None, with_context: bool,  # noqa: ANN001
+               rewake) -> None:  # noqa: ANN001
+    await asyncio.gather(*(replay(run, url, engine, limit, with_context, rewake) for run in runs))
+
+
+def _rewake(settings, tenant: str) -> None:  # noqa: ANN001
+    from memory_workers.enqueue import wake_apply
+
+    wake_apply(tenant, BUTLER, settings=settings)
 
 
 def _timed(fn, *args) -> float:  # noqa: ANN001, ANN002
