@@ -52,6 +52,7 @@ BUTLER = "assistant"
 BUDGET = 1000
 PREFIX = 60
 BATCH = 500
+MAX_CONTENT = 20_000
 
 
 class Run:
@@ -92,7 +93,9 @@ async def replay(run: Run, url: str, engine, limit: int | None, with_context: bo
 async def _store(session, run: Run, turns: list[rm.Turn]) -> None:  # noqa: ANN001
     for start in range(0, len(turns), BATCH):
         chunk = turns[start:start + BATCH]
-        episodes = [{"content": t.content, "butler": BUTLER, "session_id": str(t.session_id),
+        # The few turns over the episode cap (memory_store_episode takes 20,000 characters) are cut there, as an
+        # importer would have to; the evidence check reads a turn's first 60 characters.
+        episodes = [{"content": t.content[:MAX_CONTENT], "butler": BUTLER, "session_id": str(t.session_id),
                      "occurred_at": t.occurred_at.isoformat()} for t in chunk]
         body = await call_tool(session, "memory_ingest_batch", {"episodes": episodes}, timeout_s=120)
         run.keys.update({item["id"]: t.key for item, t in zip(body["items"], chunk, strict=True)})
