@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import uuid
 from collections import defaultdict
@@ -18,7 +19,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DATASET = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "realmem"
+# Where the dev set lives: REALMEM_DIR, else ../shared/datasets/realmem beside (or above) the checkout.
+_PLACES = [Path(os.environ["REALMEM_DIR"])] if os.environ.get("REALMEM_DIR") else []
+_PLACES += [p / "shared" / "datasets" / "realmem" for p in ROOT.parents] + [Path("/work/shared/datasets/realmem")]
 NAMESPACE = uuid.UUID("6f1c8a52-4f57-4e0e-9a3c-1d3b8b7e2a10")
 
 
@@ -56,8 +59,16 @@ class Persona:
     queries: list[Query] = field(default_factory=list)
 
 
+def dataset_dir() -> Path:
+    for place in _PLACES:
+        if any(place.glob("*_dialogues_256k.json")):
+            return place
+    raise FileNotFoundError("the RealMem dev set was not found; set REALMEM_DIR to the folder holding its "
+                            f"*_dialogues_256k.json files (looked in {', '.join(map(str, _PLACES))})")
+
+
 def persona_files() -> list[Path]:
-    return sorted(DATASET.glob("*_dialogues_256k.json"))
+    return sorted(dataset_dir().glob("*_dialogues_256k.json"))
 
 
 def split(name: str) -> list[int]:
