@@ -20,14 +20,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, bindparam, exists, or_, select, text, update
+from sqlalchemy import Connection, Engine, RowMapping, bindparam, exists, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 
 from shared import repository as repo
 from shared import writes
 from shared.config import Settings
-from shared.consolidation_plan import Batch, DueEpisode, Plan
+from shared.consolidation_plan import Batch, DueEpisode, Plan, fact_text, same_meaning
 from shared.embedding import ModelVersion
 from shared.errors import ButlerError
 from shared.extraction import KnownFact, KnownRule
@@ -35,6 +35,7 @@ from shared.lifecycle import check_transition, consolidation_outcome
 from shared.models import consolidation_runs, episodes, facts, rules
 from shared.scoring import backoff_seconds
 from shared.sharding import ShardKey
+from shared.vocabulary import base_predicate
 from shared.writes import ALL, Actor
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,14 @@ def apply_plan(conn: Connection, *, batch: Batch, plan: Plan, vectors: np.ndarra
     # writing overlapping global keys in different orders would otherwise deadlock (seen in load tests).
     for scope, subject, predicate in sorted({(f.write.scope, f.write.subject, f.write.predicate) for f in plan.facts}):
         repo.lock_fact_key(conn, tenant_id=batch.tenant_id, scope=scope, subject=subject, predicate=predicate)
+    match = ctx.settings.consolidation
     for planned, vector in zip(plan.facts, vectors[:len(plan.facts)], strict=True):
+        known = _known_like(conn, batch=batch, kind="fact", write=planned.write, vector=vector,
+                            threshold=match.fact_match_similarity)
+        if known is not None:  # the same fact said another way: it confirms the one memory holds
+            counts.update(_confirm_known(conn, batch=batch, kind="fact", known=known, sources=planned.sources,
+                                         ctx=ctx, links=links))
+            continue
         result = writes.store_fact(conn, tenant_id=batch.tenant_id, fact_id=planned.id, write=planned.write,
                                    vector=vector, embedding_version_id=version_id, source_butler=batch.butler,
                                    actor=ctx.actor, now=ctx.now)
@@ -225,6 +233,15 @@ def apply_plan(conn: Connection, *, batch: Batch, plan: Plan, vectors: np.ndarra
                                                point=not replaced, ctx=ctx)
         links += [_link(batch, ctx, "fact", planned.id, "episode", e, "derived_from") for e in planned.sources]
     for planned, vector in zip(plan.rules, vectors[len(plan.facts):], strict=True):
+        known = _known_like(conn, batch=batch, kind="rule", write=planned.write, vector=vector,
+                            threshold=match.rule_match_similarity)
+        if known is not None and known["maturity"] == "anti_pattern":  # learned to be harmful: not learned again
+            counts["blocked_by_anti_pattern"] += 1
+            continue
+        if known is not None:
+            counts.update(_confirm_known(conn, batch=batch, kind="rule", known=known, sources=planned.sources,
+                                         ctx=ctx, links=links))
+            continue
         writes.store_rule(conn, tenant_id=batch.tenant_id, rule_id=planned.id, write=planned.write, vector=vector,
                           embedding_version_id=version_id, source_butler=batch.butler, actor=ctx.actor, now=ctx.now,
                           rules=ctx.settings.memory.rules)
@@ -235,6 +252,42 @@ def apply_plan(conn: Connection, *, batch: Batch, plan: Plan, vectors: np.ndarra
     repo.add_links(conn, links)
     counts["links"] += len(links)
     return counts
+
+
+def _known_like(conn: Connection, *, batch: Batch, kind: str, write: Any, vector: np.ndarray,
+                threshold: float) -> RowMapping | None:
+    """An active or fading fact or rule of the write's scope (or global) that says the same thing, else None.
+
+    Meaning is the stored embedding's cosine, checked by :func:`same_meaning` (numbers, names and polarity must
+    agree). A fact must also have the write's subject and base predicate; an anti-pattern is compared by the
+    rule it was inverted from.
+    """
+    table = facts if kind == "fact" else rules
+    distance = table.c.embedding.cosine_distance(vector).label("distance")
+    query = (select(table.c.id, table.c.content, table.c.metadata, distance,
+                    *([table.c.maturity] if kind == "rule" else []))
+             .where(table.c.tenant_id == batch.tenant_id, table.c.scope.in_(("global", write.scope)),
+                    table.c.validity.in_(("active", "fading")), table.c.embedding.is_not(None))
+             .order_by(distance).limit(5))
+    if kind == "fact":
+        base = base_predicate(write.predicate)
+        query = query.where(func.lower(table.c.subject) == write.subject.lower(),
+                            or_(table.c.predicate == base, table.c.predicate.like(base + "\\_%")))
+    new = write.content if kind == "rule" else fact_text(write.subject, write.predicate, write.content)
+    for row in conn.execute(query).mappings():
+        said = (row["metadata"] or {}).get("original_content", row["content"]) if kind == "rule" else row["content"]
+        if same_meaning(new, said if kind == "rule" else fact_text(write.subject, write.predicate, said),
+                        1.0 - float(row["distance"]), threshold):
+            return row
+    return None
+
+
+def _confirm_known(conn: Connection, *, batch: Batch, kind: str, known: RowMapping, sources: Sequence[uuid.UUID],
+                   ctx: RunContext, links: list[dict[str, Any]]) -> Counter[str]:
+    writes.confirm(conn, tenant_id=batch.tenant_id, kind=kind, entity_id=known["id"], visibility=ALL,
+                   actor=ctx.actor, now=ctx.now)
+    links += [_link(batch, ctx, "episode", e, kind, known["id"], "supports") for e in sources]
+    return Counter({"confirmed": 1, f"{kind}s_matched": 1})
 
 
 def _feedback(conn: Connection, *, batch: Batch, plan: Plan, ctx: RunContext, counts: Counter[str]) -> list[dict]:

@@ -8,8 +8,9 @@ breaking the transaction that applies it.
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,7 @@ from shared.errors import ButlerError, ExtractionError
 from shared.extraction import EpisodeIn, Extraction, ExtractionRequest, KnownFact, KnownRule
 from shared.extraction_refs import NEW_FACT_REF
 from shared.schemas import FactWrite, RuleWrite, parse
+from shared.vocabulary import base_predicate
 
 # Ids of what a batch creates are uuid5(batch identity): a replay of the same batch names the same rows.
 ID_NAMESPACE = uuid.UUID("5d0c6d1e-61b1-4a0e-9a55-6d656d6f7279")
@@ -31,6 +33,29 @@ def fact_text(subject: str, predicate: str, content: str) -> str:
 def embedding_text(kind: str, write: Any) -> str:
     """The text embedded for a write of ``kind``: the content, or :func:`fact_text` for a fact."""
     return fact_text(write.subject, write.predicate, write.content) if kind == "fact" else write.content
+
+
+# --- matching known memory by meaning ------------------------------------------------------------------
+
+# MiniLM cosine of paraphrased rules is 0.75-0.82 ("Always answer me in metric units" / "Use metric units in every
+# answer"), of different rules 0.27-0.55, but "Never call after 9pm" / "Never call before 9am" is 0.95: meaning
+# alone cannot tell a changed number or name from a paraphrase, so the pieces that carry it must agree too.
+_NUMBERS = re.compile(r"\b\d[\w:.]*")
+_SPACED_TIME = re.compile(r"(\d)\s+(am|pm)\b", re.IGNORECASE)
+_NAMES = re.compile(r"(?<=\s)[A-Z][a-z]+\b")
+_NEGATIVE = re.compile(r"\b(?:never|not|no|don't|do\s+not|avoid)\b|n't\b", re.IGNORECASE)
+
+
+def markers(text: str) -> frozenset[str]:
+    """The words a paraphrase keeps: numbers and times, names (capitalised past the first word), polarity."""
+    text = _SPACED_TIME.sub(r"\1\2", text.strip())
+    found = {m.group(0).casefold() for m in (*_NUMBERS.finditer(text), *_NAMES.finditer(text))}
+    return frozenset(found | ({"<negative>"} if _NEGATIVE.search(text) else set()))
+
+
+def same_meaning(new: str, known: str, cosine: float, threshold: float) -> bool:
+    """Whether a new rule (or fact) says what a known one says: close in meaning and the same markers."""
+    return cosine >= threshold and markers(new) == markers(known)
 
 
 # --- the batch ----------------------------------------------------------------------------------
@@ -112,21 +137,25 @@ class Plan:
 
 
 def plan_extraction(extraction: Extraction, *, batch: Batch, episode_ids: Sequence[uuid.UUID], group: str,
-                    extractor: str) -> Plan:
-    """Turn a validated extraction into writes; a write the schema refuses is an ExtractionError."""
+                    extractor: str, global_predicates: Collection[str] = ()) -> Plan:
+    """Turn a validated extraction into writes; a write the schema refuses is an ExtractionError.
+
+    Scope is policy, not the extractor's say: what a batch learns belongs to its butler, except facts whose
+    predicate is one of ``global_predicates`` (consolidation.global_predicates), which every butler may read.
+    """
     def new_id(kind: str, n: int) -> uuid.UUID:
         return uuid.uuid5(ID_NAMESPACE, f"{batch.tenant_id}|{batch.idempotency_key}|{group}|{kind}|{n}")
 
     def meta(sources: list[str]) -> dict[str, Any]:
         return {"source_episode_ids": sources, "consolidation_run": batch.idempotency_key, "extractor": extractor}
 
-    def scope(value: str) -> str:  # a batch writes global memory or its own butler's, never another butler's
-        return "global" if value.strip().lower() == "global" else batch.butler
+    def scope(predicate: str | None = None) -> str:
+        return "global" if predicate is not None and base_predicate(predicate) in global_predicates else batch.butler
 
     planned_facts = tuple(
         PlannedFact(new_id("fact", n), _checked(FactWrite, f"facts[{n}]", {
             "subject": f.subject, "predicate": f.predicate, "content": f.content, "importance": f.importance,
-            "permanence": f.permanence, "scope": scope(f.scope), "source_episode_id": f.source_episode_ids[0],
+            "permanence": f.permanence, "scope": scope(f.predicate), "source_episode_id": f.source_episode_ids[0],
             "metadata": meta(f.source_episode_ids)}),
             _uuids(f.source_episode_ids), uuid.UUID(f.supersedes_fact_id) if f.supersedes_fact_id else None)
         for n, f in enumerate(extraction.facts))
@@ -137,7 +166,7 @@ def plan_extraction(extraction: Extraction, *, batch: Batch, episode_ids: Sequen
 
     planned_rules = tuple(
         PlannedRule(new_id("rule", n), _checked(RuleWrite, f"rules[{n}]", {
-            "content": r.content, "scope": scope(r.scope), "source_episode_id": r.source_episode_ids[0],
+            "content": r.content, "scope": scope(), "source_episode_id": r.source_episode_ids[0],
             "metadata": meta(r.source_episode_ids)}),
             _uuids(r.source_episode_ids), tuple(supporter(ref) for ref in r.supporting_fact_refs))
         for n, r in enumerate(extraction.rules))

@@ -9,6 +9,7 @@ lowest-ranked are always dropped first.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,11 +49,23 @@ def content_tokens(contents: Sequence[str], count: CountTokens) -> list[int]:
     return count([clean(content) for content in contents])
 
 
+def names_subject(subject: str, content: str) -> bool:
+    """Whether a fact's content says whose it is ("Maria lives in Porto" names maria; "lives in Porto" does not)."""
+    words = set(re.findall(r"[\w']+", content.casefold()))
+    words |= {w.removesuffix("'s") for w in words}
+    return all(w in words for w in re.findall(r"[\w']+", subject.casefold()))
+
+
 def _parts(hit: Hit, now: datetime) -> tuple[str, str, str]:
-    """(before, content, after): one bullet is the three joined by spaces."""
+    """(before, content, after): one bullet is the three joined by spaces.
+
+    A fact whose content does not name its subject is shown with it ("- Maria: lives in Porto"): the block is
+    read without the subject column.
+    """
     content = clean(hit.content)
     if hit.type == "fact":
-        return "-", content, f"[{hit.permanence}, confirmed {age(hit.last_confirmed_at or hit.created_at, now)} ago]"
+        before = "-" if not hit.subject or names_subject(hit.subject, content) else f"- {clean(hit.subject)}:"
+        return before, content, f"[{hit.permanence}, confirmed {age(hit.last_confirmed_at or hit.created_at, now)} ago]"
     if hit.type == "rule":
         return "-", content, f"[{hit.maturity}, {hit.scope}]"
     return f"- [{age(hit.occurred_at or hit.created_at, now)} ago]", content, ""

@@ -146,7 +146,8 @@ class _Runner:
     def _plan(self, batch: Batch, chosen: Sequence[DueEpisode], *, group: str) -> Plan:
         extraction = self.extractor.extract(batch.request(chosen))
         return plan_extraction(extraction, batch=batch, episode_ids=[e.id for e in chosen], group=group,
-                               extractor=self.extractor.name)
+                               extractor=self.extractor.name,
+                               global_predicates=self.settings.consolidation.global_predicates)
 
     def _apply(self, batch: Batch, plans: list[Plan], failures: list[Failure], *, isolate: bool) -> dict[str, Any]:
         texts = [t for plan in plans for t in plan.texts()]

@@ -139,11 +139,13 @@ def test_the_heuristic_turns_real_sentences_into_facts_rules_and_links(engine, s
     summary = consolidate(engine, settings, embedder, t)
 
     facts = {(p, c): i for i, p, c in rows(engine, "SELECT id, predicate, content FROM facts WHERE tenant_id = :t", t=t)}
-    assert set(facts) == {("name", "User's name is Ana Lopez"), ("allergy_peanuts", "User is allergic to peanuts"),
-                          ("allergy_shellfish", "User is allergic to shellfish"), ("home_city", "User lives in Paris")}
+    assert set(facts) == {("name", "User's name is Ana Lopez"), ("allergic_to_peanuts", "User is allergic to peanuts"),
+                          ("allergic_to_shellfish", "User is allergic to shellfish"), ("lives_in", "User lives in Paris")}
+    # what a batch learns is its butler's: nothing derived is published to every butler by default
+    assert rows(engine, "SELECT DISTINCT scope FROM facts WHERE tenant_id = :t", t=t) == [(BUTLER,)]
     [(rule_id, rule, scope)] = rows(engine, "SELECT id, content, scope FROM rules WHERE tenant_id = :t", t=t)
-    assert (rule, scope) == ("Always confirm before sending outbound messages", "global")
-    assert ("fact", facts[("home_city", "User lives in Paris")], "derived_from", "episode", ids[5]) in links(engine, t)
+    assert (rule, scope) == ("Always confirm before sending outbound messages", BUTLER)
+    assert ("fact", facts[("lives_in", "User lives in Paris")], "derived_from", "episode", ids[5]) in links(engine, t)
     assert ("rule", rule_id, "derived_from", "episode", ids[3]) in links(engine, t)
     assert len(links(engine, t)) == 5 and statuses(engine, ids) == [("consolidated", 0)] * 6
     [run] = rows(engine, "SELECT outcome, episode_count, extractor, started_at <= finished_at FROM consolidation_runs "
@@ -191,16 +193,57 @@ def test_later_batches_supersede_contradict_and_confirm_known_facts(engine, sett
 
     [(paris, berlin_by)] = rows(engine, "SELECT n.id, o.superseded_by_id FROM facts n JOIN facts o ON o.id = :o "
                                         "WHERE n.tenant_id = :t AND n.content = 'User lives in Paris'",
-                                o=known["home_city"], t=t)
+                                o=known["lives_in"], t=t)
     assert berlin_by == paris
-    assert {("fact", paris, "supersedes", "fact", known["home_city"]),
+    assert {("fact", paris, "supersedes", "fact", known["lives_in"]),
             ("fact", paris, "derived_from", "episode", later[0]),
-            ("episode", later[1], "contradicts", "fact", known["allergy_cats"]),
+            ("episode", later[1], "contradicts", "fact", known["allergic_to_cats"]),
             ("episode", later[2], "supports", "fact", known["name"])} <= links(engine, t)
     [(confirmed,)] = rows(engine, "SELECT last_confirmed_at FROM facts WHERE id = :i", i=known["name"])
     assert confirmed == NOW + timedelta(minutes=5)
     assert rows(engine, "SELECT count(*) FROM memory_events WHERE tenant_id = :t AND event_type = 'fact.contradicted'",
                 t=t) == [(1,)]
+
+
+def test_a_listed_predicate_is_published_to_every_butler(engine, database_url, redis_url, embedder):
+    policy = load_settings(database_url=database_url, redis_url=redis_url,
+                           consolidation={"global_predicates": ["allergic_to"]})
+    t = new_tenant(engine)
+    store_episodes(engine, policy, embedder, t, ["I am allergic to penicillin and I live in Lyon."])
+    consolidate(engine, policy, embedder, t)
+    assert set(rows(engine, "SELECT predicate, scope FROM facts WHERE tenant_id = :t", t=t)) == {
+        ("allergic_to_penicillin", "global"), ("lives_in", BUTLER)}
+
+
+def test_a_paraphrase_confirms_the_known_rule_and_an_anti_pattern_is_not_relearned(engine, settings, embedder):
+    t = new_tenant(engine)
+    store_episodes(engine, settings, embedder, t, ["Always answer me in metric units.", "Never call after 9pm.",
+                                                   "I am allergic to peanuts."])
+    consolidate(engine, settings, embedder, t)
+    known = {c: i for i, c in rows(engine, "SELECT id, content FROM rules WHERE tenant_id = :t", t=t)}
+    [(allergy,)] = rows(engine, "SELECT id FROM facts WHERE tenant_id = :t", t=t)
+    # the 9pm rule is marked harmful until it is an anti-pattern
+    with unit_of_work(engine) as conn:
+        conn.execute(text("UPDATE rules SET maturity = 'anti_pattern', content = 'ANTI-PATTERN: Do NOT never call "
+                          "after 9pm.', metadata = jsonb_build_object('original_content', content) WHERE id = :i"),
+                     {"i": known["Never call after 9pm"]})
+    later = store_episodes(engine, settings, embedder, t, [
+        "From now on, always use metric units in every answer.",  # a paraphrase: confirms
+        "Never call after 9 pm, ever.",                            # the anti-pattern said again: not relearned
+        "Never call before 9am.",                                  # close in meaning, another time: a new rule
+        "User mentioned they are allergic to peanut.",             # the fact reworded: confirms
+    ])
+    summary = consolidate(engine, settings, embedder, t, now=NOW + timedelta(minutes=5))
+
+    assert summary.batches == 1
+    assert set(rows(engine, "SELECT content FROM rules WHERE tenant_id = :t AND id <> ALL(:k)", t=t,
+                    k=list(known.values()))) == {("Never call before 9am",)}
+    assert rows(engine, "SELECT count(*) FROM facts WHERE tenant_id = :t", t=t) == [(1,)]
+    assert {("episode", later[0], "supports", "rule", known["Always answer me in metric units"]),
+            ("episode", later[3], "supports", "fact", allergy)} <= links(engine, t)
+    [(confirmed,)] = rows(engine, "SELECT last_confirmed_at FROM rules WHERE id = :i",
+                          i=known["Always answer me in metric units"])
+    assert confirmed == NOW + timedelta(minutes=5)
 
 
 def test_a_scripted_answer_supersedes_across_keys_and_links_supporting_facts(engine, settings, embedder):

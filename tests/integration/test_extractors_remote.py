@@ -39,7 +39,7 @@ def _request() -> ExtractionRequest:
             EpisodeIn(id=E2, seq=2, butler="health", created_at=at, importance=4,
                       content="I just moved to Lisbon. I had ramen for dinner."),
         ],
-        facts=[KnownFact(id=KNOWN_FACT, subject="user", predicate="home_city", content="User lives in Berlin",
+        facts=[KnownFact(id=KNOWN_FACT, subject="user", predicate="lives_in", content="User lives in Berlin",
                          permanence="stable", scope="global")],
         rules=[],
     )
@@ -172,7 +172,7 @@ def test_openai_extractor_round_trips_a_batch_through_a_chat_completions_server(
     # and the validated answer is the model's
     assert extraction == HeuristicExtractor().extract(request)
     slots = {(f.predicate, f.supersedes_fact_id) for f in extraction.facts}
-    assert ("allergy_peanuts", None) in slots and ("home_city", KNOWN_FACT) in slots
+    assert ("allergic_to_peanuts", None) in slots and ("lives_in", KNOWN_FACT) in slots
     assert [r.content for r in extraction.rules] == ["Never call after 9pm"]
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.config import SectionQuotas
-from shared.context import MAX_LINE_TOKENS, age, build
+from shared.context import MAX_LINE_TOKENS, age, build, line_for
 from shared.schemas import Hit
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -92,3 +92,16 @@ def test_the_block_never_exceeds_its_budget_and_keeps_rank_order(budget, n_facts
     for section, chosen in block.included.items():
         assert chosen == [str(h.id) for h in ranked[section][:len(chosen)]], section
     assert block.dropped == n_facts + n_rules + n_warnings + n_episodes - sum(map(len, block.included.values()))
+
+
+def test_a_fact_line_names_its_subject_when_its_content_does_not():
+    def fact(subject: str, content: str) -> Hit:
+        [hit] = hits("fact", 1)
+        return hit.model_copy(update={"subject": subject, "content": content})
+
+    lines = [line_for(fact(subject, content), NOW) for subject, content in (
+        ("maria", "lives in Porto"), ("Maria", "Maria lives in Porto"), ("user", "User's name is John"),
+        ("user", "Allergic to peanuts"), ("Anna Lopez", "Anna Lopez is the user's wife"))]
+    assert [line.removesuffix(" [stable, confirmed 12d ago]") for line in lines] == [
+        "- maria: lives in Porto", "- Maria lives in Porto", "- User's name is John", "- user: Allergic to peanuts",
+        "- Anna Lopez is the user's wife"]
