@@ -17,8 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from shared.errors import ExtractionError
 from shared.extraction_refs import merge_duplicates, resolve_references
-
-Permanence = Literal["permanent", "stable", "standard", "volatile", "ephemeral"]
+from shared.vocabulary import PREDICATES, Permanence
 
 
 class _In(BaseModel):
@@ -73,7 +72,7 @@ _SOURCES = "Ids of the episodes (from 'Episodes to process') this is drawn from.
 
 class NewFact(_Out):
     subject: str = Field(min_length=1, max_length=200, description="Who or what it is about; 'user' for the user.")
-    predicate: str = Field(min_length=1, max_length=200, description="snake_case attribute, e.g. name, home_city.")
+    predicate: str = Field(min_length=1, max_length=200, description="snake_case attribute, e.g. name, lives_in.")
     content: str = Field(min_length=1, max_length=2000, description="The fact as one short sentence.")
     permanence: Permanence
     importance: float = Field(5.0, ge=1, le=10, description="1 (trivia) to 10 (critical, e.g. allergies).")
@@ -155,32 +154,48 @@ class Extractor(Protocol):
     def extract(self, request: ExtractionRequest) -> Extraction: ...
 
 
-_PROMPT = """Review these recent episodes from the {butler} butler.
+_PROMPT = """Review these recent episodes from the {butler} butler and turn what is worth remembering into
+facts and rules. Most episodes hold nothing durable: an empty answer is a good answer.
 
-Extract:
-a) NEW FACTS — things the system learned about the user, their preferences,
-   relationships, or world. Use subject-predicate structure.
-   For each fact, assess permanence:
+Who is who:
+- An episode line "Name: ..." is spoken by Name: "I", "my" mean Name. "User: ..." and text without a
+  speaker are the user's own words. An assistant's turn ("Assistant: ...") is not a source of facts
+  unless it repeats what the user said ("Got it, you're allergic to peanuts").
+- In summaries, "the user" is the user; "he", "she", "they" are the person named before.
+- subject: "user" for the user, else the person's name as written ("Maria"). For a relationship the
+  subject is the other person: "my wife Anna" -> subject "Anna", predicate "relationship".
+
+a) NEW FACTS as subject / predicate / content. Use these predicates (for the ones marked "set", add the
+   value's head: "allergic_to_peanuts", "likes_hiking", "favorite_color"):
+{vocabulary}
+   content is one short sentence that names its subject: "Maria lives in Porto", "User is allergic to
+   peanuts" - never "lives in Porto". Permanence:
    - permanent: identity, medical, biographical (never changes)
    - stable: long-term preferences, professional info (changes rarely)
    - standard: current interests, opinions, projects (shifts over months)
    - volatile: temporary states, short-term plans (changes over weeks)
    - ephemeral: what happened today, one-off events (irrelevant in days)
 
-b) UPDATED FACTS — if an episode contradicts or updates an existing fact,
+b) UPDATED FACTS - if an episode updates an existing fact (same subject and predicate, new value),
    give the new fact with supersedes_fact_id set to the existing fact's id.
 
-c) NEW RULES — behavioral patterns worth remembering. E.g., 'user prefers
-   X when Y', 'always do Z before W'. Include the scope (global or butler name).
+c) NEW RULES - lasting guidance on how to act for the user, as one imperative sentence: "Always answer
+   in metric units", "When the user asks for a recipe, list the ingredients first".
 
-d) CONFIRMATIONS — existing facts or rules that these episodes support (by id).
+d) CONFIRMATIONS - existing facts or rules that these episodes say again (by id).
 
-e) CONTRADICTIONS — existing facts an episode contradicts when it is not clear what replaces them.
+e) CONTRADICTIONS - existing facts an episode takes back ("I no longer live in Berlin") when it is not
+   clear what replaces them.
 
 Do NOT extract:
-- Ephemeral small talk that won't matter in a week
-- Facts that are already stored and unchanged (confirm them instead)
-- Rules that duplicate existing rules (confirm them instead)
+- small talk, thanks, greetings, and what the assistant suggested or explained
+- questions, hypotheticals and wishes ("if I moved to Paris", "should I learn Spanish?")
+- reminders, deadlines and one-off instructions ("remind me tomorrow", "the meeting moved to 3pm"):
+  these are not rules
+- a fact without a concrete value ("User likes it"), or about the conversation itself
+- facts that are already stored and unchanged (confirm them instead)
+- rules that duplicate existing rules (confirm them instead)
+scope: always "{butler}".
 
 Existing facts for reference:
 {facts}
@@ -196,6 +211,11 @@ supersedes_fact_id must be an existing id listed above. Answer with ONLY a JSON 
 no code fence) matching this JSON Schema:
 {schema}
 """
+
+
+def _vocabulary() -> str:
+    return "\n".join(f"   - {p.name}{' (set)' if p.multi else ''}: {p.meaning}; {p.permanence}"
+                     for p in PREDICATES.values())
 
 
 def _indent(text: str) -> str:
@@ -220,6 +240,7 @@ def build_prompt(request: ExtractionRequest) -> str:
     ]
     return _PROMPT.format(
         butler=request.butler,
+        vocabulary=_vocabulary(),
         facts="\n".join(facts) or "(none)",
         rules="\n".join(rules) or "(none)",
         episodes="\n".join(episodes) or "(none)",

@@ -63,8 +63,9 @@ def _raises(raw: Any, match: str) -> ExtractionError:
 
 def test_prompt_carries_the_seed_instructions_the_ids_and_the_schema():
     prompt = build_prompt(_request())
-    assert prompt.startswith("Review these recent episodes from the health butler.")
-    for must in ("a) NEW FACTS", "b) UPDATED FACTS", "c) NEW RULES", "d) CONFIRMATIONS", "Do NOT extract:",
+    assert prompt.startswith("Review these recent episodes from the health butler")
+    for must in ("a) NEW FACTS", "- allergic_to (set): an allergy; permanent", "names its subject", 'scope: always "health"',
+                 "reminders, deadlines and one-off instructions", "b) UPDATED FACTS", "c) NEW RULES", "d) CONFIRMATIONS", "Do NOT extract:",
                  "- ephemeral: what happened today", "Existing facts for reference:", "Existing rules for reference:",
                  "Episodes to process:", "Answer with ONLY a JSON object"):
         assert must in prompt
