@@ -66,6 +66,10 @@ class RuleSettings(_Section):
     promote_to_proven: PromoteToProven = PromoteToProven()
     harmful_to_antipattern: HarmfulToAntiPattern = HarmfulToAntiPattern()
     baseline_confidence: float = Field(0.5, ge=0, le=1)
+    # Promotion and demotion judge effectiveness over the rule's applications (rule_applications), each weighted
+    # by its age with this half-life: a rule that helped a year ago and harms today is demoted, not shielded by
+    # its old successes. Counts (min_successes, min_harmful) stay plain counts.
+    evidence_half_life_days: float = Field(90, gt=0)
 
 
 class ScoreWeights(_Section):

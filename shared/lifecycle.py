@@ -8,6 +8,7 @@ transition too, and is allowed only where a table lists it (``failed -> failed``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 from typing import Literal
@@ -116,6 +117,28 @@ def consolidation_outcome(*, attempts: int, max_attempts: int) -> Literal["faile
     return "dead_letter" if attempts >= max_attempts else "failed"
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What a rule's applications say: plain counts, and effectiveness with each application weighted by age."""
+
+    helpful: int
+    harmful: int
+    effectiveness: float
+
+
+def rule_evidence(applications: Sequence[tuple[str, datetime]], *, now: datetime, half_life_days: float) -> Evidence:
+    """Evidence from (outcome, occurred_at) pairs: ``w = 0.5 ** (age_days / half_life)``, and the seed's
+    effectiveness formula over the weighted helpful and harmful sums."""
+    weight = {"helpful": 0.0, "harmful": 0.0}
+    count = {"helpful": 0, "harmful": 0}
+    for outcome, at in applications:
+        if outcome in weight:
+            weight[outcome] += 0.5 ** (elapsed_days(since=at, now=now) / half_life_days)
+            count[outcome] += 1
+    return Evidence(count["helpful"], count["harmful"],
+                    effectiveness(success_count=weight["helpful"], harmful_count=weight["harmful"]))
+
+
 def next_maturity(
     *,
     maturity: str,
@@ -124,19 +147,22 @@ def next_maturity(
     created_at: datetime,
     now: datetime,
     rules: RuleSettings,
+    recent_effectiveness: float | None = None,
 ) -> str:
     """The maturity the evidence supports: the same state or one legal transition from ``maturity``.
 
     Order of judgement: anti-pattern first (repeated harm with low effectiveness), then demotion
     (effectiveness fell below the current level's minimum), then promotion by one level. The caller
     runs this after every feedback mark, so a rule climbs one level per mark at most. With no
-    feedback at all there is no evidence, and the maturity stays.
+    feedback at all there is no evidence, and the maturity stays. ``recent_effectiveness`` (from
+    :func:`rule_evidence`) replaces the counters' effectiveness where the applications are known.
     """
     if maturity not in RULE_TRANSITIONS:
         raise InvalidInput(f"unknown rule maturity {maturity!r}", field="maturity")
     if maturity == "anti_pattern":
         return maturity
-    eff = effectiveness(success_count=success_count, harmful_count=harmful_count)
+    eff = (effectiveness(success_count=success_count, harmful_count=harmful_count)
+           if recent_effectiveness is None else recent_effectiveness)
     harm = rules.harmful_to_antipattern
     if harmful_count >= harm.min_harmful and eff < harm.max_effectiveness:
         return "anti_pattern"

@@ -26,6 +26,7 @@ from shared.config import Settings
 from shared.db import sqlstate
 from shared.embedding import to_pgvector
 from shared.errors import InvalidInput, Unavailable
+from shared.lifecycle import rule_evidence
 from shared.models import episodes, facts, memory_events, rules
 from shared.references import ReferenceBumper
 from shared.rerank import get_reranker, rerank
@@ -139,6 +140,9 @@ class Reader:
         with self._read() as conn:
             row = dict(load_visible(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, visibility=visibility))
             links = [dict(r) for r in repo.links_of(conn, tenant_id=tenant_id, entity_type=kind, entity_id=entity_id)]
+            applications = repo.rule_applications_of(conn, rule_id=entity_id) if kind == "rule" else []
+        if kind == "rule":
+            row["evidence"] = _evidence(applications, self.settings.memory.rules.evidence_half_life_days)
         self._bump([Hit(type=kind, id=entity_id, content="", score=0, relevance=0,
                         created_at=row["created_at"], importance=row["importance"])])
         row.pop("tenant_id", None)
@@ -181,3 +185,12 @@ def _about_scope(scope: str) -> ColumnElement[bool]:
     return or_(*(and_(event.entity_type == kind,
                       exists().where(table.c.id == event.entity_id, table.c.tenant_id == event.tenant_id, where))
                  for kind, table, where in in_scope))
+
+
+def _evidence(applications: Sequence[Any], half_life_days: float) -> dict[str, Any]:
+    """A rule's feedback as memory_get shows it: counts, recency-weighted effectiveness, the latest applications."""
+    evidence = rule_evidence([(a["outcome"], a["occurred_at"]) for a in applications], now=utcnow(),
+                             half_life_days=half_life_days)
+    return {"helpful": evidence.helpful, "harmful": evidence.harmful,
+            "recent_effectiveness": round(evidence.effectiveness, 4), "half_life_days": half_life_days,
+            "latest": [dict(a) for a in applications[:5]]}

@@ -133,6 +133,16 @@ def add_rule_application(
     ))
 
 
+def rule_applications_of(conn: Connection, *, rule_id: uuid.UUID, limit: int = 1000) -> list[RowMapping]:
+    """The rule's latest ``limit`` applications (outcome, reason, actor, occurred_at), newest first."""
+    return list(conn.execute(
+        select(rule_applications.c.outcome, rule_applications.c.reason, rule_applications.c.actor,
+               rule_applications.c.occurred_at)
+        .where(rule_applications.c.rule_id == rule_id)
+        .order_by(rule_applications.c.occurred_at.desc(), rule_applications.c.id.desc()).limit(limit)
+    ).mappings())
+
+
 def harmful_reasons(conn: Connection, *, rule_id: uuid.UUID) -> list[str]:
     return [r for (r,) in conn.execute(
         select(rule_applications.c.reason).where(

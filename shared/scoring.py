@@ -87,7 +87,7 @@ def classify_confidence(
     return "expired"
 
 
-def effectiveness(*, success_count: int, harmful_count: int) -> float:
+def effectiveness(*, success_count: float, harmful_count: float) -> float:
     """``success / (success + 4*harmful + 0.01)``: in [0, 1), 0 with no feedback."""
     if success_count < 0:
         raise InvalidInput("success_count must be >= 0", field="success_count")

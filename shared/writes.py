@@ -17,9 +17,9 @@ from shared.config import RuleSettings
 from shared.context import content_tokens
 from shared.embedding import get_token_counter
 from shared.errors import IntegrityViolation, InvalidInput, InvalidTransition, NotFound, Pending, PermissionDenied
-from shared.lifecycle import anti_pattern_content, check_transition, next_maturity
+from shared.lifecycle import anti_pattern_content, check_transition, next_maturity, rule_evidence
 from shared.schemas import EpisodeWrite, FactWrite, RuleWrite
-from shared.scoring import decay_rate_for, effectiveness
+from shared.scoring import decay_rate_for
 
 
 @dataclass(frozen=True)
@@ -238,11 +238,14 @@ def mark_rule(
     harmful = row["harmful_count"] + (outcome == "harmful")
     repo.add_rule_application(conn, tenant_id=tenant_id, rule_id=rule_id, outcome=outcome, reason=reason,
                               actor=actor.name, request_id=actor.request_id, now=now)
+    evidence = rule_evidence([(a["outcome"], a["occurred_at"]) for a in repo.rule_applications_of(conn, rule_id=rule_id)],
+                             now=now, half_life_days=rules.evidence_half_life_days)
     maturity = next_maturity(maturity=row["maturity"], success_count=success, harmful_count=harmful,
-                             created_at=row["created_at"], now=now, rules=rules)
+                             created_at=row["created_at"], now=now, rules=rules,
+                             recent_effectiveness=evidence.effectiveness)
     values: dict[str, Any] = {
         "success_count": success, "harmful_count": harmful, "applied_count": row["applied_count"] + 1,
-        "effectiveness_score": effectiveness(success_count=success, harmful_count=harmful),
+        "effectiveness_score": evidence.effectiveness,
         "last_applied_at": now, "last_evaluated_at": now, "maturity": maturity,
     }
     events = [_event(tenant_id, f"rule.marked_{outcome}", "rule", rule_id, actor, {"reason": reason})]

@@ -198,12 +198,30 @@ def test_decay_moves_a_fact_out_of_recall_without_touching_the_row_and_confirm_b
     assert recalled[0].id == fid and recalled[0].effective_confidence == pytest.approx(1.0)
 
 
-def mark(engine, t, rid, outcome, n, reason=None):
+def mark(engine, t, rid, outcome, n, reason=None, now=NOW):
     for _ in range(n):
         with unit_of_work(engine) as conn:
             result = writes.mark_rule(conn, tenant_id=t, rule_id=rid, outcome=outcome, reason=reason,
-                                      visibility=ALL, actor=ACTOR, now=NOW, rules=SETTINGS.memory.rules)
+                                      visibility=ALL, actor=ACTOR, now=now, rules=SETTINGS.memory.rules)
     return result
+
+
+def test_old_successes_do_not_shield_a_rule_that_harms_now(engine, embedder, reader):
+    # given a rule that helped 15 times a year ago (proven by then) and harmed twice this week
+    t = new_tenant(engine)
+    rid = rule(engine, embedder, t, "Book the cheapest flight available", now=NOW - timedelta(days=500))
+    mark(engine, t, rid, "helpful", 15, now=NOW - timedelta(days=365))
+    mark(engine, t, rid, "harmful", 1, reason="a 30-hour layover", now=NOW - timedelta(days=2))
+    result = mark(engine, t, rid, "harmful", 1, reason="missed a wedding", now=NOW)
+    # then the counters alone (15 vs 2, effectiveness 0.65) would keep it established; weighted by age (half-life
+    # 90 days: a year-old success counts 0.06) the recent harm dominates, and it is demoted to candidate
+    assert result["effectiveness_score"] < 0.2
+    assert result["maturity"] == "candidate"
+    # and memory_get shows the evidence behind it
+    got = reader.get(tenant_id=t, visibility=ALL, kind="rule", entity_id=rid)
+    assert (got["evidence"]["helpful"], got["evidence"]["harmful"]) == (15, 2)
+    assert [a["outcome"] for a in got["evidence"]["latest"][:2]] == ["harmful", "harmful"]
+    assert got["evidence"]["latest"][0]["reason"] == "missed a wedding"
 
 
 def test_ten_successes_two_harmful_scores_056_and_stays_candidate(engine, embedder):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from shared.config import HarmfulToAntiPattern, PromoteToEstablished, PromoteToProven, RuleSettings
 from shared.errors import InvalidInput, InvalidTransition
 from shared.lifecycle import (
+    rule_evidence,
     EPISODE_RUN_OUTCOMES,
     EPISODE_STATES,
     EPISODE_TRANSITIONS,
@@ -343,3 +344,23 @@ def test_anti_pattern_content_never_double_wraps(rule: str, reasons: list[str], 
     # then wrapping it again changes nothing
     assert once.startswith("ANTI-PATTERN: Do NOT ")
     assert anti_pattern_content(once, more) == once
+
+
+def test_rule_evidence_weighs_each_application_by_its_age() -> None:
+    # a success today weighs 1, one a half-life ago 0.5; harm weighs 4x (the seed's formula)
+    fresh = rule_evidence([("helpful", T0), ("helpful", T0 - timedelta(days=90))], now=T0, half_life_days=90)
+    assert (fresh.helpful, fresh.harmful) == (2, 0)
+    assert fresh.effectiveness == pytest.approx(1.5 / 1.51)
+    mixed = rule_evidence([("helpful", T0 - timedelta(days=180)), ("harmful", T0), ("ignored", T0)], now=T0,
+                          half_life_days=90)
+    assert (mixed.helpful, mixed.harmful) == (1, 1)
+    assert mixed.effectiveness == pytest.approx(0.25 / (0.25 + 4 + 0.01))
+    assert rule_evidence([], now=T0, half_life_days=90).effectiveness == 0.0
+
+
+def test_recent_effectiveness_replaces_the_counters_judgement() -> None:
+    # 15 successes and 2 harms keep an established rule by the counters (0.65 >= 0.6), not by recent evidence
+    args = {"maturity": "established", "success_count": 15, "harmful_count": 2, "created_at": T0, "now": T0,
+            "rules": RULES}
+    assert next_maturity(**args) == "established"
+    assert next_maturity(**args, recent_effectiveness=0.1) == "candidate"
