@@ -182,6 +182,9 @@ class ConsolidationSettings(_Section):
     # Consolidate a key as soon as its episodes are applied (else only on the schedule and the backlog trigger).
     after_apply: bool = True
     batch_size: int = Field(50, ge=1, le=1000)
+    # And at most this many tokens of episode text per batch (a batch always holds at least one episode): a
+    # language model's prompt stays inside its context window however long the episodes are.
+    batch_tokens: int = Field(6000, ge=100)
     max_attempts: int = Field(5, ge=1, le=100)
     backoff_base_seconds: float = Field(30, gt=0)
     backoff_max_seconds: float = Field(3600, gt=0)

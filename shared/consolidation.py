@@ -90,18 +90,26 @@ def _due(tenant_id: str, butler: str, now: datetime) -> Any:
     )
 
 
-def fetch_batch(conn: Connection, *, tenant_id: str, butler: str, limit: int, now: datetime) -> Batch | None:
-    """The key's oldest ``limit`` due episodes and its known facts and rules; None when nothing is due."""
+def fetch_batch(conn: Connection, *, tenant_id: str, butler: str, limit: int, now: datetime,
+                max_tokens: int | None = None) -> Batch | None:
+    """The key's oldest due episodes, at most ``limit`` of them and ``max_tokens`` of their text (always at least
+    one), with its known facts and rules; None when nothing is due."""
     started_at = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
     rows = conn.execute(
         select(episodes.c.id, episodes.c.seq, episodes.c.content, episodes.c.created_at, episodes.c.importance,
                episodes.c.consolidation_status, episodes.c.consolidation_attempts,
-               episodes.c.forgotten_at.is_not(None).label("forgotten"))
+               episodes.c.forgotten_at.is_not(None).label("forgotten"), episodes.c.content_tokens)
         .where(_due(tenant_id, butler, now)).order_by(episodes.c.seq).limit(limit)
     ).all()
     if not rows:
         return None
-    return Batch(tenant_id, butler, tuple(DueEpisode(*row) for row in rows),
+    chosen, total = [], 0
+    for *row, tokens in rows:
+        total += tokens if tokens is not None else len(row[2]) // 4
+        if chosen and max_tokens is not None and total > max_tokens:
+            break
+        chosen.append(DueEpisode(*row))
+    return Batch(tenant_id, butler, tuple(chosen),
                  tuple(_known_facts(conn, tenant_id, butler)), tuple(_known_rules(conn, tenant_id, butler)), started_at)
 
 

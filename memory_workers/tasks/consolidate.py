@@ -81,7 +81,8 @@ def consolidate_key(
         for _ in range(max_batches):
             with unit_of_work(engine) as conn:
                 batch = fetch_batch(conn, tenant_id=tenant_id, butler=butler,
-                                    limit=settings.consolidation.batch_size, now=clock())
+                                    limit=settings.consolidation.batch_size, now=clock(),
+                                    max_tokens=settings.consolidation.batch_tokens)
             if batch is None:
                 break
             summary.counts.update({k: v for k, v in runner.run_batch(batch).items() if isinstance(v, int)})

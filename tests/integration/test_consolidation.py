@@ -205,6 +205,18 @@ def test_later_batches_supersede_contradict_and_confirm_known_facts(engine, sett
                 t=t) == [(1,)]
 
 
+def test_a_batch_is_cut_at_its_token_budget(engine, settings, embedder):
+    t = new_tenant(engine)
+    store_episodes(engine, settings, embedder, t, ["word " * 300, "word " * 300, "I live in Oslo."])
+    with unit_of_work(engine) as conn:
+        tokens = [n for (n,) in conn.execute(text("SELECT content_tokens FROM episodes WHERE tenant_id = :t "
+                                                  "ORDER BY seq"), {"t": t})]
+        cut = fetch_batch(conn, tenant_id=t, butler=BUTLER, limit=10, now=NOW, max_tokens=tokens[0] + 10)
+        tiny = fetch_batch(conn, tenant_id=t, butler=BUTLER, limit=10, now=NOW, max_tokens=1)
+        whole = fetch_batch(conn, tenant_id=t, butler=BUTLER, limit=10, now=NOW, max_tokens=sum(tokens))
+    assert [len(b.episodes) for b in (cut, tiny, whole)] == [1, 1, 3]  # never empty, never over (but one)
+
+
 def test_a_listed_predicate_is_published_to_every_butler(engine, database_url, redis_url, embedder):
     policy = load_settings(database_url=database_url, redis_url=redis_url,
                            consolidation={"global_predicates": ["allergic_to"]})
