@@ -96,8 +96,8 @@ def fetch_batch(conn: Connection, *, tenant_id: str, butler: str, limit: int, no
     one), with its known facts and rules; None when nothing is due."""
     started_at = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
     rows = conn.execute(
-        select(episodes.c.id, episodes.c.seq, episodes.c.content, episodes.c.created_at, episodes.c.importance,
-               episodes.c.consolidation_status, episodes.c.consolidation_attempts,
+        select(episodes.c.id, episodes.c.seq, episodes.c.content, episodes.c.created_at, episodes.c.occurred_at,
+               episodes.c.importance, episodes.c.consolidation_status, episodes.c.consolidation_attempts,
                episodes.c.forgotten_at.is_not(None).label("forgotten"), episodes.c.content_tokens)
         .where(_due(tenant_id, butler, now)).order_by(episodes.c.seq).limit(limit)
     ).all()
@@ -230,15 +230,17 @@ def apply_plan(conn: Connection, *, batch: Batch, plan: Plan, vectors: np.ndarra
             counts.update(_confirm_known(conn, batch=batch, kind="fact", known=known, sources=planned.sources,
                                          ctx=ctx, links=links))
             continue
+        # Dated by what it was learned from: a fact of an older episode consolidated late enters the chain as
+        # already superseded by a newer fact of its key (store_fact's late-write rule) instead of replacing it.
         result = writes.store_fact(conn, tenant_id=batch.tenant_id, fact_id=planned.id, write=planned.write,
                                    vector=vector, embedding_version_id=version_id, source_butler=batch.butler,
-                                   actor=ctx.actor, now=ctx.now)
+                                   actor=ctx.actor, now=min(planned.observed_at, ctx.now))
         replaced = result.get("superseded", [])
         counts["facts"] += 1
         counts["superseded"] += len(replaced)
-        if planned.supersedes and str(planned.supersedes) not in replaced:
+        if planned.supersedes and str(planned.supersedes) not in replaced and "superseded_by" not in result:
             counts["superseded"] += _supersede(conn, batch=batch, old=planned.supersedes, new=planned.id,
-                                               point=not replaced, ctx=ctx)
+                                               point=not replaced, observed_at=planned.observed_at, ctx=ctx)
         links += [_link(batch, ctx, "fact", planned.id, "episode", e, "derived_from") for e in planned.sources]
     for planned, vector in zip(plan.rules, vectors[len(plan.facts):], strict=True):
         known = _known_like(conn, batch=batch, kind="rule", write=planned.write, vector=vector,
@@ -324,10 +326,11 @@ def _feedback(conn: Connection, *, batch: Batch, plan: Plan, ctx: RunContext, co
 
 
 def _supersede(conn: Connection, *, batch: Batch, old: uuid.UUID, new: uuid.UUID, point: bool,
-               ctx: RunContext) -> int:
-    """Supersede a fact of another key that the extractor says ``new`` replaces; 0 if it is no longer current."""
+               observed_at: datetime, ctx: RunContext) -> int:
+    """Supersede a fact of another key that the extractor says ``new`` replaces; 0 if it is no longer current
+    or newer than what ``new`` was learned from."""
     row = repo.get_row(conn, kind="fact", tenant_id=batch.tenant_id, entity_id=old, lock=True)
-    if row is None or row["validity"] not in ("active", "fading"):
+    if row is None or row["validity"] not in ("active", "fading") or row["created_at"] > observed_at:
         return 0
     check_transition("fact", row["validity"], "superseded")
     repo.update_row(conn, kind="fact", entity_id=old,

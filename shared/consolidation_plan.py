@@ -67,6 +67,7 @@ class DueEpisode:
     seq: int
     content: str
     created_at: datetime
+    occurred_at: datetime  # when it happened (an imported history's own time); what derived memories are dated by
     importance: float
     status: str
     attempts: int
@@ -98,7 +99,7 @@ class Batch:
         return ExtractionRequest(
             tenant_id=self.tenant_id, butler=self.butler, facts=list(self.facts), rules=list(self.rules),
             episodes=[EpisodeIn(id=str(e.id), seq=e.seq, butler=self.butler, content=e.content,
-                                created_at=e.created_at, importance=e.importance) for e in chosen],
+                                created_at=e.occurred_at, importance=e.importance) for e in chosen],
         )
 
 
@@ -111,6 +112,7 @@ class PlannedFact:
     write: FactWrite
     sources: tuple[uuid.UUID, ...]
     supersedes: uuid.UUID | None
+    observed_at: datetime  # its latest source episode's time: a fact observed earlier never replaces a later one
 
 
 @dataclass(frozen=True)
@@ -152,12 +154,14 @@ def plan_extraction(extraction: Extraction, *, batch: Batch, episode_ids: Sequen
     def scope(predicate: str | None = None) -> str:
         return "global" if predicate is not None and base_predicate(predicate) in global_predicates else batch.butler
 
+    when = {str(e.id): e.occurred_at for e in batch.episodes}
     planned_facts = tuple(
         PlannedFact(new_id("fact", n), _checked(FactWrite, f"facts[{n}]", {
             "subject": f.subject, "predicate": f.predicate, "content": f.content, "importance": f.importance,
             "permanence": f.permanence, "scope": scope(f.predicate), "source_episode_id": f.source_episode_ids[0],
             "metadata": meta(f.source_episode_ids)}),
-            _uuids(f.source_episode_ids), uuid.UUID(f.supersedes_fact_id) if f.supersedes_fact_id else None)
+            _uuids(f.source_episode_ids), uuid.UUID(f.supersedes_fact_id) if f.supersedes_fact_id else None,
+            max(when[e] for e in f.source_episode_ids))
         for n, f in enumerate(extraction.facts))
 
     def supporter(ref: str) -> uuid.UUID:

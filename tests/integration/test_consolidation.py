@@ -88,10 +88,10 @@ def new_tenant(engine: Any) -> str:
 
 
 def store_episodes(engine: Any, settings: Settings, embedder: SpyEmbedder, tenant_id: str,
-                   contents: Sequence[str]) -> list[uuid.UUID]:
+                   contents: Sequence[str], occurred_at: datetime | None = None) -> list[uuid.UUID]:
     """Accept and apply episodes the way the front and the ingest task do."""
-    requests = [intake.WriteRequest("episode", BUTLER, EpisodeWrite(content=c, butler=BUTLER).model_dump(mode="json"),
-                                    None) for c in contents]
+    requests = [intake.WriteRequest("episode", BUTLER, EpisodeWrite(content=c, butler=BUTLER, occurred_at=occurred_at)
+                                    .model_dump(mode="json"), None) for c in contents]
     with unit_of_work(engine) as conn:
         accepted = intake.accept(conn, tenant_id=tenant_id, writes=requests, actor="test", request_id=None,
                                  now=datetime.now(timezone.utc))
@@ -203,6 +203,24 @@ def test_later_batches_supersede_contradict_and_confirm_known_facts(engine, sett
     assert confirmed == NOW + timedelta(minutes=5)
     assert rows(engine, "SELECT count(*) FROM memory_events WHERE tenant_id = :t AND event_type = 'fact.contradicted'",
                 t=t) == [(1,)]
+
+
+def test_a_fact_learned_from_an_older_episode_never_replaces_a_newer_fact(engine, settings, embedder):
+    # given an explicit fact stored at 09:05 and an episode that happened at 09:00, consolidated at 09:10
+    t = new_tenant(engine)
+    nine = NOW.replace(hour=9, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    paris = uuid.uuid4()
+    with unit_of_work(engine) as conn:
+        writes.store_fact(conn, tenant_id=t, fact_id=paris, write=FactWrite(
+            subject="user", predicate="lives_in", content="User lives in Paris", scope=BUTLER),
+            vector=embedder.inner.embed_one("User lives in Paris"), embedding_version_id=None, source_butler=BUTLER,
+            actor=Actor("test"), now=nine + timedelta(minutes=5))
+    store_episodes(engine, settings, embedder, t, ["I live in Berlin."], occurred_at=nine)
+    consolidate(engine, settings, embedder, t, now=nine + timedelta(minutes=10))
+    # then Paris stays the active fact and Berlin enters the chain as already superseded, dated 09:00
+    assert set(rows(engine, "SELECT content, validity, created_at FROM facts WHERE tenant_id = :t", t=t)) == {
+        ("User lives in Paris", "active", nine + timedelta(minutes=5)),
+        ("User lives in Berlin", "superseded", nine)}
 
 
 def test_a_batch_is_cut_at_its_token_budget(engine, settings, embedder):
