@@ -16,7 +16,9 @@ in the memory_context block, beside rank-bm25's top turns packed into the same 1
 Then a single client repeats the largest persona's searches on the idle stack for memory_search p50/p95.
 
 Consolidation is off during the run (consolidation.after_apply=false; no beat): this measures retrieval over the
-episodes. Tune on --split dev (personas 1-5), report --split test (6-10). Dataset: RealMem (arXiv 2601.06966),
+episodes. With --consolidate it is on: each wait also waits for consolidation, searches ask for facts, rules and
+episodes, and a fact or rule counts as the turn it was learned from (its source episode) - in the ranking and in
+the block - so the table shows whether what consolidation learns helps. Tune on --split dev (personas 1-5), report --split test (6-10). Dataset: RealMem (arXiv 2601.06966),
 Apache-2.0, ../shared/datasets/realmem.
 """
 
@@ -63,7 +65,12 @@ class Run:
         self.keys: dict[str, tuple[int, int]] = {}
         self.ranked: dict[str, list[tuple[int, int]]] = {}
         self.blocks: dict[str, str] = {}
+        self.included: dict[str, set[str]] = {}
         self.search_s: list[float] = []
+        self.derived: dict[str, tuple[int, int]] = {}  # fact/rule id -> the turn it was learned from
+
+
+TYPES = ["episode"]
 
 
 async def replay(run: Run, url: str, engine, limit: int | None, with_context: bool, rewake) -> None:  # noqa: ANN001
@@ -110,6 +117,9 @@ def _wait_applied(engine, tenant: str, rewake, deadline_s: float = 1800) -> None
         with engine.connect() as conn:
             left = conn.execute(text("SELECT count(*) FROM write_intents WHERE tenant_id = :t AND status <> 'applied'"),
                                 {"t": tenant}).scalar()
+            if not left and len(TYPES) > 1:  # --consolidate: and consolidated
+                left = conn.execute(text("SELECT count(*) FROM episodes WHERE tenant_id = :t AND "
+                                         "consolidation_status = 'pending'"), {"t": tenant}).scalar()
         if not left:
             return
         if left != last:
@@ -122,15 +132,29 @@ def _wait_applied(engine, tenant: str, rewake, deadline_s: float = 1800) -> None
 
 
 async def _ask(session, run: Run, q: rm.Query, until: str, with_context: bool) -> None:  # noqa: ANN001
-    args = {"query": q.text, "types": ["episode"], "limit": 20, "until": until}
+    args = {"query": q.text, "types": TYPES, "limit": 20, "until": until}
     t0 = time.perf_counter()
     body = await call_tool(session, "memory_search", args, timeout_s=60)
     run.search_s.append(time.perf_counter() - t0)
-    run.ranked[q.query_id] = [run.keys[h["id"]] for h in body["results"]]
+    run.ranked[q.query_id] = [h["id"] for h in body["results"]]  # turned into turn keys by resolve()
     if with_context:
         body = await call_tool(session, "memory_context",
                                {"trigger_prompt": q.text, "butler": BUTLER, "token_budget": BUDGET}, timeout_s=60)
         run.blocks[q.query_id] = body["context"]
+        run.included[q.query_id] = {i for ids in body["included"].values() for i in ids}
+
+
+def resolve(run: Run, engine) -> None:  # noqa: ANN001
+    """Hit ids as turn keys: an episode is its turn, a fact or rule the turn it was learned from (first seen)."""
+    with engine.connect() as conn:
+        for table in ("facts", "rules"):
+            for i, source in conn.execute(text(f"SELECT id::text, source_episode_id::text FROM {table} "
+                                               "WHERE tenant_id = :t"), {"t": run.tenant}):
+                if source in run.keys:
+                    run.derived[i] = run.keys[source]
+    for qid, ids in run.ranked.items():
+        keys = [run.keys.get(i) or run.derived.get(i) for i in ids]
+        run.ranked[qid] = list(dict.fromkeys(k for k in keys if k is not None))
 
 
 def baselines(run: Run, engine, queries: list[rm.Query]) -> tuple[dict, dict, dict]:  # noqa: ANN001
@@ -167,9 +191,11 @@ def _pack(contents: list[str], counter) -> str:  # noqa: ANN001
     return "\n".join(lines)
 
 
-def in_block(q: rm.Query, block: str, turns: dict[tuple[int, int], rm.Turn]) -> bool:
+def in_block(q: rm.Query, block: str, turns: dict[tuple[int, int], rm.Turn],
+             derived: frozenset[tuple[int, int]] = frozenset()) -> bool:
+    """An evidence turn's first 60 characters are in the block, or (``derived``) a fact or rule learned from it."""
     folded = rm.fold(block)
-    return any(rm.fold(turns[key].text)[:PREFIX] in folded for key in q.evidence)
+    return any(rm.fold(turns[key].text)[:PREFIX] in folded or key in derived for key in q.evidence)
 
 
 def report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> None:  # noqa: ANN001
@@ -192,7 +218,8 @@ def _report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> Non
             for system, ranked in zip(per_query, (run.ranked[q.query_id], bm25[q.query_id], dense[q.query_id])):
                 per_query[system].append((q, rm.score(q, ranked)))
             if with_context:
-                blocks.append(in_block(q, run.blocks[q.query_id], turns))
+                learned = frozenset(run.derived[i] for i in run.included[q.query_id] if i in run.derived)
+                blocks.append(in_block(q, run.blocks[q.query_id], turns, learned))
                 packs.append(in_block(q, packed[q.query_id], turns))
     rows = rm.table(per_query)
     print(f"\nRealMem personas {', '.join(str(r.number) for r in runs)}: {len(per_query['rank-bm25'])} queries, "
@@ -232,6 +259,8 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="at most this many queries per persona (a quick run)")
     parser.add_argument("--workers", type=int, default=2, help="celery worker processes applying the episodes")
     parser.add_argument("--no-context", action="store_true", help="skip memory_context (search only)")
+    parser.add_argument("--consolidate", action="store_true",
+                        help="consolidation on; search facts, rules and episodes (a fact counts as its source turn)")
     parser.add_argument("--database-url", help="a database to use (default: a throwaway one on the embedded server)")
     parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after")
     args = parser.parse_args()
@@ -247,7 +276,9 @@ def main() -> int:
                 token = create_token(conn, tenant_id=tenant, name="bench", butlers=[BUTLER], role="butler")[1]
                 runs.append(Run(n, rm.load(n), token, tenant))
         url_db = engine.url.render_as_string(hide_password=False)
-        os.environ["MEMORY_BUTLER_CONSOLIDATION__AFTER_APPLY"] = "false"
+        os.environ["MEMORY_BUTLER_CONSOLIDATION__AFTER_APPLY"] = "true" if args.consolidate else "false"
+        if args.consolidate:
+            TYPES[:] = ["fact", "rule", "episode"]
         port = free_port()
         front = start_front(url_db, args.redis_url, port)
         workers = start_workers(args.workers, url_db, args.redis_url, 8)
@@ -268,6 +299,10 @@ def main() -> int:
                 os.killpg(proc.pid, signal.SIGTERM)
             for proc in (front, *workers):
                 proc.wait(timeout=60)
+        for run in runs:
+            resolve(run, engine)
+        if args.consolidate:
+            _learned(runs, engine)
         report(runs, engine, ingest_s, not args.no_context)
         print(f"memory_search via MCP, one client, persona {largest.number} ({len(largest.keys)} episodes): "
               f"p50 {pct(latency, 50):.1f} ms, p95 {pct(latency, 95):.1f} ms")
@@ -279,10 +314,21 @@ async def _all(runs: list[Run], url: str, engine, limit: int | None, with_contex
     await asyncio.gather(*(replay(run, url, engine, limit, with_context, rewake) for run in runs))
 
 
+def _learned(runs: list[Run], engine) -> None:  # noqa: ANN001
+    """What consolidation learned per persona."""
+    for run in runs:
+        with engine.connect() as conn:
+            facts, rules = (conn.execute(text(f"SELECT count(*) FROM {t} WHERE tenant_id = :t"),
+                                         {"t": run.tenant}).scalar() for t in ("facts", "rules"))
+        print(f"persona {run.number}: {len(run.keys)} episodes -> {facts} facts, {rules} rules")
+
+
 def _rewake(settings, tenant: str) -> None:  # noqa: ANN001
-    from memory_workers.enqueue import wake_apply
+    from memory_workers.enqueue import wake_apply, wake_consolidate
 
     wake_apply(tenant, BUTLER, settings=settings)
+    if len(TYPES) > 1:
+        wake_consolidate(tenant, BUTLER, settings=settings)
 
 
 def _timed(fn, *args) -> float:  # noqa: ANN001, ANN002

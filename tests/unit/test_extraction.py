@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shared.errors import ExtractionError
+from shared.consolidation_plan import same_meaning
 from shared.extraction import (
     EXTRACTION_JSON_SCHEMA,
     EpisodeIn,
@@ -223,3 +224,18 @@ def test_any_text_is_either_accepted_or_refused_with_an_extraction_error(text):
         assert isinstance(validate_extraction(text, _request()), Extraction)
     except ExtractionError as exc:
         assert exc.message
+
+
+# ---- matching known memory by meaning ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("new", "known", "same"), [
+    ("Always use metric units in every answer", "Always answer me in metric units", True),
+    ("Never call after 9 pm, ever", "Never call after 9pm", True),
+    ("Never call before 9am", "Never call after 9pm", False),        # another time
+    ("Always answer me in Spanish", "Always answer me in French", False),  # another name
+    ("Always add a summary", "Never add a summary", False),           # the other polarity
+])
+def test_a_rule_means_the_same_only_with_the_same_numbers_names_and_polarity(new, known, same):
+    assert same_meaning(new, known, cosine=0.9, threshold=0.75) is same
+    assert same_meaning(new, known, cosine=0.7, threshold=0.75) is False  # and close enough in meaning
