@@ -48,7 +48,7 @@ from shared.tenancy import create_token, ensure_tenant  # noqa: E402
 from tests.bench import conversations as rm  # noqa: E402
 from tests.bench.bench_drain import start_workers, wait_ready  # noqa: E402
 from tests.bench.bench_mcp import free_port, pct, start_front  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line  # noqa: E402
 
 BUTLER = "assistant"
 BUDGET = 1000
@@ -265,8 +265,7 @@ def main() -> int:
     parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after")
     args = parser.parse_args()
     numbers = [int(n) for n in args.personas.split(",")] if args.personas else rm.split(args.split)
-    reference = [_timed(get_embedder().embed_one, "How often do you water the basil?") for _ in range(50)]
-    print(f"reference (machine speed): one-thread embedding of a short query p50 {pct(reference, 50):.1f} ms")
+    print(reference_line())
     with bench_redis(args.redis_url), bench_engine(args.database_url) as engine:
         runs = []
         with engine.begin() as conn:
@@ -329,12 +328,6 @@ def _rewake(settings, tenant: str) -> None:  # noqa: ANN001
     wake_apply(tenant, BUTLER, settings=settings)
     if len(TYPES) > 1:
         wake_consolidate(tenant, BUTLER, settings=settings)
-
-
-def _timed(fn, *args) -> float:  # noqa: ANN001, ANN002
-    t0 = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":

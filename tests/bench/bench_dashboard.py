@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.db import unit_of_work  # noqa: E402
 from shared.tenancy import create_token  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line  # noqa: E402
 from tests.bench.corpus import SUBJECTS, TOPICS, load_corpus  # noqa: E402
 
 FLEET_PAGE = (("/api/me", {}), ("/api/butlers", {}), ("/api/memory/health", {}),
@@ -91,6 +91,7 @@ def main() -> int:
     print(f"\n{args.facts} facts + {args.rules} rules in one tenant (an admin token sees them all), "
           f"{args.requests} requests each, one client, HTTP to the front on this machine "
           f"({datetime.now(timezone.utc):%Y-%m-%d})")
+    print(reference_line())
     print(f"{'screen':<24}{'p50 ms':>9}{'p95 ms':>9}")
     for label, values in results.items():
         print(f"{label:<24}{pct(values, 50):>9.1f}{pct(values, 95):>9.1f}")
