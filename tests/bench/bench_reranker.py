@@ -18,9 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from shared.embedding import get_embedder, model_dir  # noqa: E402
+from shared.embedding import model_dir  # noqa: E402
 from shared.rerank import CrossEncoderReranker  # noqa: E402
 from tests.bench import conversations as rm  # noqa: E402
+from tests.bench.common import reference_line  # noqa: E402
 
 
 def main() -> int:
@@ -33,11 +34,7 @@ def main() -> int:
     persona = rm.load(1)
     texts = [t.content for t in persona.turns]
     queries = [q.text for q in persona.queries[:args.reads]]
-    reference = []
-    for q in queries:
-        t0 = time.perf_counter()
-        get_embedder().embed_one(q)
-        reference.append(time.perf_counter() - t0)
+    reference = reference_line()
     with tempfile.TemporaryDirectory() as path:
         BertForSequenceClassification.from_pretrained(str(model_dir()), num_labels=1,
                                                       local_files_only=True).save_pretrained(path)
@@ -50,7 +47,7 @@ def main() -> int:
             model.scores(q, hits)
             times.append(time.perf_counter() - t0)
     times.sort()
-    print(f"reference (machine speed): one-thread embedding of a query p50 {statistics.median(reference) * 1000:.1f} ms")
+    print(reference)
     print(f"cross-encoder (MiniLM-L6 size), {args.top_n} pairs per read, {len(times)} reads: "
           f"p50 {statistics.median(times) * 1000:.0f} ms, p95 {times[int(len(times) * 0.95)] * 1000:.0f} ms")
     return 0
