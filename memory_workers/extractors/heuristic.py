@@ -72,6 +72,7 @@ _GENERAL = re.compile(r"\b(?:always|never|every\s+time|whenever|from\s+now\s+on|
 _NOT_FOR_THE_BUTLER = re.compile(r"\b(?:I|I'm|I'll|I've|I'd|your|yours|yourself|again)\b", re.IGNORECASE)
 _CONDITION = re.compile(r"^(?:when|whenever|if|before|after|every\s+time)\b[^,]{1,120},\s*", re.IGNORECASE)
 _REMINDER = re.compile(r"\b(?:forget|remind\s+me|reminder)\b", re.IGNORECASE)
+_YOU = re.compile(r"\byou(?:'re|'ve)?\b|\byour\b", re.IGNORECASE)
 _SECOND_PERSON = (
     (re.compile(r"\byou\s+are\b", re.IGNORECASE), "I am"),
     (re.compile(r"\byou're\b", re.IGNORECASE), "I'm"),
@@ -342,7 +343,9 @@ class HeuristicExtractor:
                   butler: str) -> None:
         for typo, fixed in _TYPOS:
             sentence = typo.sub(fixed, sentence)
-        if turn.assistant:
+        if turn.assistant:  # only what it says back about the user ("you're allergic..."), as the user's
+            if not _YOU.search(sentence):
+                return
             for you, me in _SECOND_PERSON:
                 sentence = you.sub(me, sentence)
         if QUESTION.search(sentence):
