@@ -38,7 +38,7 @@ async def memory_stats(ctx: Context, scope: ReadScope | None = None, request_con
 
 def parse_since(since: str | int) -> datetime | int:
     """An event-id cursor (an integer, or digits) or an ISO-8601 time (UTC when it has no offset)."""
-    if isinstance(since, int) or since.strip().isdigit():
+    if isinstance(since, int) or (since.strip().isascii() and since.strip().isdigit()):
         cursor = int(since)
         if cursor < 0:
             raise InvalidInput("since: an event cursor is >= 0", field="since")

@@ -173,6 +173,9 @@ class ClassifiedTool(Tool):
             self.fn_metadata.validate_arguments(arguments)
         except ValidationError as exc:
             return self._refuse(invalid_from(exc), request_id, context)
+        unstorable = unstorable_text(arguments)
+        if unstorable is not None:
+            return self._refuse(unstorable, request_id, context)
         return await super().run(arguments, context, convert_result=convert_result)
 
     def _refuse(self, error: InvalidInput, request_id: str, context: Any) -> CallToolResult:
@@ -186,6 +189,28 @@ class ClassifiedTool(Tool):
         if isinstance(services, Services):
             services.metrics.observe(self.name, error.code, 0.0)
         return error_result(error, request_id)
+
+
+def unstorable_text(value: Any, path: str = "") -> InvalidInput | None:
+    """The first string (or object key) PostgreSQL cannot store - a NUL character or a lone surrogate - as an
+    InvalidInput naming where it is (``episodes.1.metadata.note``), else None."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return InvalidInput(f"{path or 'arguments'}: contains a NUL character", field=path or "arguments")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return InvalidInput(f"{path or 'arguments'}: contains a lone surrogate (not valid Unicode text)",
+                                field=path or "arguments")
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and unstorable_text(key) is not None:
+            return unstorable_text(key, path or "arguments")
+        found = unstorable_text(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def invalid_from(exc: ValidationError) -> InvalidInput:

@@ -8,6 +8,7 @@ import uuid
 import pytest
 from sqlalchemy import Engine
 
+from memory_api.tools.runtime import unstorable_text
 from tests.api.conftest import Butler, count_rows
 
 OK_ID = str(uuid.uuid4())
@@ -73,6 +74,14 @@ BAD_CALLS = [
     ("memory_activity_stream", {"since": "yesterday"}, "since"),
     ("memory_activity_stream", {"since": 0, "limit": 1001}, "limit"),
     ("memory_dead_letters", {"action": "delete"}, "action"),
+    # text PostgreSQL cannot store: a NUL character (was "internal error")
+    ("memory_store_episode", {"content": "a\x00b", "butler": "health"}, "content"),
+    ("memory_store_fact", {"subject": "s", "predicate": "p", "content": "c", "tags": ["ok", "a\x00"]}, "tags.1"),
+    ("memory_ingest_batch", {"episodes": [{"content": "ok", "butler": "health"},
+                                          {"content": "o\x00k", "butler": "health"}]}, "episodes.1.content"),
+    ("memory_search", {"query": "a\x00"}, "query"),
+    # digits that are not ASCII digits (isdigit() took "²" for a cursor, then int() crashed)
+    ("memory_activity_stream", {"since": "²"}, "since"),
 ]
 
 
@@ -105,3 +114,11 @@ def test_tools_publish_schemas_and_hints(admin: Butler) -> None:
     assert tools["memory_confirm"].annotations.idempotent_hint is True
     assert "session start" in tools["memory_context"].description
     assert all(t.output_schema for t in tools.values())
+
+
+def test_a_lone_surrogate_is_unstorable_text_named_by_its_path() -> None:
+    # JSON may escape one ("\ud800"); the MCP client here cannot send it, so the check is called directly
+    found = unstorable_text({"episodes": [{"content": "ok"}, {"content": "a\ud800"}]})
+    assert found is not None and found.field == "episodes.1.content" and "lone surrogate" in found.message
+    assert unstorable_text({"query": "fine", "tags": ["é", "中文"]}) is None
+    assert unstorable_text({"k\x00": 1}).field == "arguments"
