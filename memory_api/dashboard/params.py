@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from memory_api.tools.params import MAX_QUERY, Content, Importance, Mode, Permanence, ReadScope, Tags
-from shared.lifecycle import EPISODE_STATES, FACT_STATES, RULE_MATURITIES
+from shared.lifecycle import EPISODE_STATES, FACT_STATES, LEGACY_VALIDITY, RULE_MATURITIES
 from shared.schemas import NAME_PATTERN
 
 MAX_PAGE = 200          # the hard cap on any list page
@@ -27,7 +27,8 @@ def _listed(value: Any, allowed: tuple[str, ...], field: str) -> list[str] | Non
     """A comma-separated list of allowed words (``active,fading``), deduplicated in order."""
     if value is None or isinstance(value, list):
         return value
-    items = list(dict.fromkeys(v.strip() for v in str(value).split(",") if v.strip()))
+    # Legacy names are accepted and answered in today's words ("forgotten" is "retracted": seed 001).
+    items = list(dict.fromkeys(LEGACY_VALIDITY.get(v.strip(), v.strip()) for v in str(value).split(",") if v.strip()))
     bad = [v for v in items if v not in allowed]
     if bad or not items:
         raise ValueError(f"expected a comma-separated list of {', '.join(allowed)}; got {value!r}")

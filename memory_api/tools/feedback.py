@@ -88,7 +88,7 @@ async def memory_forget(ctx: Context, type: TypeArg, id: MemoryId, request_conte
     await _in_transaction(call, lambda conn: writes.forget(
         conn, tenant_id=call.tenant, kind=type, entity_id=id, visibility=visibility, actor=call.actor(),
         now=utcnow()))
-    return Lifecycle(type=type, id=str(id), status="forgotten", request_id=call.request_id)
+    return Lifecycle(type=type, id=str(id), status="retracted", request_id=call.request_id)
 
 
 @tool_call

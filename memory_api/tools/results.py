@@ -93,7 +93,7 @@ class RuleFeedback(_Result):
 class Lifecycle(_Result):
     type: MemoryType
     id: str
-    status: Literal["forgotten", "restored"]
+    status: Literal["retracted", "restored"]  # "forgotten" is the legacy word for retracted (seed 001)
 
 
 class Stats(_Degradable):

@@ -102,6 +102,8 @@ def test_disable_and_restore_a_rule(admin: Dash, seeded: Seeded) -> None:
     admin.ok("POST", f"/api/memory/rules/{rule}/restore")
     admin.ok("DELETE", f"/api/memory/rules/{rule}")
     assert admin.get("/api/memory/rules", validity="retracted")["items"][0]["id"] == str(rule)
+    # the legacy word is accepted as input and means the same (seed 001)
+    assert admin.get("/api/memory/rules", validity="forgotten")["items"][0]["id"] == str(rule)
 
 
 def test_bad_bodies_are_refused_and_write_nothing(admin: Dash, engine: Engine, seeded: Seeded) -> None:

@@ -34,7 +34,7 @@ def test_forget_and_restore(worker, front: Front, health: Butler, engine: Engine
     assert fact["id"] in _recalled(health)
 
     gone = health.ok("memory_forget", type="fact", id=fact["id"], request_context={"request_id": "forget-1"})
-    assert gone["status"] == "forgotten"
+    assert gone["status"] == "retracted"  # the canonical name, not the legacy "forgotten"
     assert health.ok("memory_get", type="fact", id=fact["id"])["memory"]["validity"] == "retracted"
     assert fact["id"] not in _recalled(health)
     # forgetting twice is refused as a lifecycle violation, classified
