@@ -38,12 +38,13 @@ FACT_TRANSITIONS: dict[str, frozenset[str]] = {
     "active": frozenset({"fading", "expired", "superseded", "retracted"}),
     # fading -> active is an explicit confirm resetting the decay clock.
     "fading": frozenset({"active", "expired", "superseded", "retracted"}),
-    # A superseded fact is history: the successor carries the truth, so it never comes back.
-    "superseded": frozenset(),
+    # A superseded fact is history: the successor carries the truth, so it never comes back. It can be forgotten
+    # (wrong history must go too), and a restore puts it back in the history.
+    "superseded": frozenset({"retracted"}),
     # An explicit confirm revives an expired fact; forgetting it is still possible.
     "expired": frozenset({"active", "retracted"}),
-    # Forgetting is reversible per the contract (restore).
-    "retracted": frozenset({"active"}),
+    # Forgetting is reversible per the contract (restore): to active, or to the history it was forgotten from.
+    "retracted": frozenset({"active", "superseded"}),
 }
 # Earlier clients wrote "forgotten"; it means what "retracted" means now.
 LEGACY_VALIDITY: Mapping[str, str] = MappingProxyType({"forgotten": "retracted"})

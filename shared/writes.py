@@ -234,6 +234,9 @@ def mark_rule(
 ) -> dict[str, Any]:
     """Record one application outcome; update counters, effectiveness and maturity (inverting when due)."""
     row = load_visible(conn, kind="rule", tenant_id=tenant_id, entity_id=rule_id, visibility=visibility, lock=True)
+    if row["validity"] == "retracted":
+        raise InvalidTransition(f"rule {rule_id} was forgotten: feedback on it is refused (memory_restore first)",
+                                field="rule_id")
     success = row["success_count"] + (outcome == "helpful")
     harmful = row["harmful_count"] + (outcome == "harmful")
     repo.add_rule_application(conn, tenant_id=tenant_id, rule_id=rule_id, outcome=outcome, reason=reason,
@@ -268,8 +271,11 @@ def forget(
     conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid.UUID, visibility: Visibility, actor: Actor,
     now: datetime,
 ) -> dict[str, Any]:
-    """Facts become retracted; rules become retracted tombstones; episodes get forgotten_at. All reversible."""
+    """Facts become retracted; rules become retracted tombstones; episodes get forgotten_at. All reversible, and
+    idempotent: forgetting what is already forgotten changes nothing (no second event)."""
     row = load_visible(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, visibility=visibility, lock=True)
+    if (row["forgotten_at"] is not None) if kind == "episode" else row["validity"] == "retracted":
+        return {"id": str(entity_id), "forgotten": True, "already": True}
     if kind == "episode":
         values: dict[str, Any] = {"forgotten_at": now}
     else:
@@ -289,6 +295,9 @@ def restore(
     row = load_visible(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, visibility=visibility, lock=True)
     if kind == "episode":
         values: dict[str, Any] = {"forgotten_at": None}
+    elif kind == "fact" and row["superseded_by_id"] is not None:  # forgotten as history: back to history
+        check_transition("fact", row["validity"], "superseded")
+        values = {"validity": "superseded"}
     else:
         check_transition("fact", row["validity"], "active")
         if kind == "fact":

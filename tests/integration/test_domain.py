@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from shared import candidates, writes
 from shared.config import load_settings
+from shared.errors import InvalidTransition
 from shared.consolidation_plan import fact_text
 from shared.db import unit_of_work
 from shared.embedding import Embedder, get_embedder, get_token_counter
@@ -204,6 +205,32 @@ def mark(engine, t, rid, outcome, n, reason=None, now=NOW):
             result = writes.mark_rule(conn, tenant_id=t, rule_id=rid, outcome=outcome, reason=reason,
                                       visibility=ALL, actor=ACTOR, now=now, rules=SETTINGS.memory.rules)
     return result
+
+
+def test_forget_is_idempotent_reaches_history_and_stops_feedback(engine, embedder):
+    t = new_tenant(engine)
+    old = fact(engine, embedder, t, "user", "lives_in", "User lives in Berlin")
+    fact(engine, embedder, t, "user", "lives_in", "User lives in Lisbon")  # supersedes Berlin
+    rid = rule(engine, embedder, t, "Always book aisle seats")
+
+    def run(fn, **kw):
+        with unit_of_work(engine) as conn:
+            return fn(conn, tenant_id=t, visibility=ALL, actor=ACTOR, **kw)
+
+    # a superseded fact can be forgotten (wrong history must go too), twice without error, and comes back as history
+    run(writes.forget, kind="fact", entity_id=old, now=NOW)
+    assert run(writes.forget, kind="fact", entity_id=old, now=NOW)["already"] is True
+    with engine.connect() as conn:
+        events = conn.execute(text("SELECT count(*) FROM memory_events WHERE entity_id = :i AND "
+                                   "event_type = 'fact.forgotten'"), {"i": old}).scalar()
+    assert events == 1
+    run(writes.restore, kind="fact", entity_id=old)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT validity FROM facts WHERE id = :i"), {"i": old}).scalar() == "superseded"
+    # feedback on a forgotten rule is refused, classified
+    run(writes.forget, kind="rule", entity_id=rid, now=NOW)
+    with pytest.raises(InvalidTransition):
+        run(writes.mark_rule, rule_id=rid, outcome="helpful", reason=None, now=NOW, rules=SETTINGS.memory.rules)
 
 
 def test_old_successes_do_not_shield_a_rule_that_harms_now(engine, embedder, reader):

@@ -60,6 +60,9 @@ EXPECTED = {
             ("expired", "active"),
             ("expired", "retracted"),
             ("retracted", "active"),
+            # issue 16: superseded history can be forgotten, and a restore puts it back in the history
+            ("superseded", "retracted"),
+            ("retracted", "superseded"),
         },
     ),
     "rule": (
@@ -121,7 +124,7 @@ def test_every_pair_of_states_is_allowed_exactly_when_the_contract_lists_it(
 
 def test_terminal_states_have_no_way_out() -> None:
     assert EPISODE_TRANSITIONS["consolidated"] == frozenset()
-    assert FACT_TRANSITIONS["superseded"] == frozenset()
+    assert FACT_TRANSITIONS["superseded"] == frozenset({"retracted"})  # never back to active
     assert RULE_TRANSITIONS["anti_pattern"] == frozenset()
 
 
@@ -152,8 +155,9 @@ def test_legacy_forgotten_normalises_to_retracted() -> None:
     assert normalise_validity("active") == "active"
     check_transition("fact", "active", "forgotten")
     check_transition("fact", "forgotten", "active")
+    check_transition("fact", "superseded", "forgotten")
     with pytest.raises(InvalidTransition):
-        check_transition("fact", "superseded", "forgotten")
+        check_transition("fact", "superseded", "active")
 
 
 def test_normalise_validity_refuses_unknown_values() -> None:
