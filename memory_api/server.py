@@ -5,7 +5,7 @@ same tools over stdio.
 Auth: ``Authorization: Bearer mb_...``. A resolved token is cached in-process for ``token_ttl`` seconds (30 by
 default) so calls do not hit the database for it; a revoked token therefore keeps working on a front for at
 most that long. Unknown tokens are cached for a few seconds too, so a flood of bad tokens cannot load the
-database. /healthz is open; /metrics needs an admin token.
+database. /healthz is open; /metrics needs an admin token (its tenant's gauges) or an operator token (the fleet's).
 """
 
 from __future__ import annotations
@@ -107,6 +107,10 @@ class BearerAuth:
             log.info("bearer token refused", extra={"path": scope["path"], "outcome": "unauthorized"})
             await _deny(401, "invalid or revoked token")(scope, receive, send)
             return
+        if principal.is_operator and scope["path"] != "/metrics":  # an operator reads the fleet's health only
+            await _deny(403, "an operator token reads /metrics only; memory needs a butler or admin token")(
+                scope, receive, send)
+            return
         scope[PRINCIPAL_SCOPE_KEY] = principal
         await self.app(scope, receive, send)
 
@@ -162,18 +166,21 @@ def _healthz(services: Services) -> Callable[[Request], Awaitable[Response]]:
 def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
     async def metrics(request: Request) -> Response:
         principal: Principal = request.scope[PRINCIPAL_SCOPE_KEY]
-        if not principal.is_admin:  # the gauges cover every tenant
-            return _deny(403, "/metrics needs an admin token")
+        if not (principal.is_admin or principal.is_operator):
+            return _deny(403, "/metrics needs an admin token (its tenant's gauges) or an operator token (every "
+                              "tenant's, and the maintenance runs)")
         engine = services.engine
+        fleet = principal.is_operator  # an admin sees its own tenant's shard keys only
 
-        def gauges() -> list[dict[str, Any]]:
+        def gauges() -> str:
             with unit_of_work(engine) as conn:
-                return shared_stats.gauges(conn, now=utcnow())
+                rows = shared_stats.gauges(conn, now=utcnow(), tenant_id=None if fleet else principal.tenant_id)
+                text = shared_stats.prometheus_text(rows)
+                return text + shared_stats.maintenance_text(shared_stats.last_maintenance_runs(conn)) if fleet else text
 
         text = services.metrics.prometheus_text() + _publisher_text(services)
         try:
-            rows = await services.in_thread(gauges, deadline=HEALTH_DEADLINE_S)
-            text += shared_stats.prometheus_text(rows) + _up(1)
+            text += await services.in_thread(gauges, deadline=HEALTH_DEADLINE_S) + _up(1)
         except Unavailable:
             text += _up(0)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -175,6 +175,8 @@ class ScheduleSettings(_Section):
     # Not in the seed: bursts must not wait 6 h, and lost messages must be re-sent.
     backlog_trigger_seconds: float = Field(30, gt=0)
     redelivery_sweep_seconds: float = Field(15, gt=0)
+    # maintenance_runs rows (one per task tick, ~8,600 a day) older than this are deleted by the episode cleanup.
+    runs_retention_days: float = Field(14, gt=0)
 
 
 class ConsolidationSettings(_Section):

@@ -15,7 +15,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine, text
@@ -281,8 +281,11 @@ def episode_cleanup(engine: Engine, *, now: datetime, settings: Settings, batch:
         evicted, b2 = _drain(
             engine, lambda c: evict_over_capacity_batch(c, max_entries=max_entries, batch=batch), batch=batch,
         )
+        with engine.begin() as conn:
+            runs = conn.execute(text("DELETE FROM maintenance_runs WHERE started_at < CAST(:before AS timestamptz)"),
+                                {"before": now - timedelta(days=settings.schedule.runs_retention_days)}).rowcount
         result = {"expired_deleted": expired, "capacity_deleted": evicted, "batches": b1 + b2,
-                  "seconds": round(time.monotonic() - started, 3)}
+                  "maintenance_runs_deleted": runs, "seconds": round(time.monotonic() - started, 3)}
         log.info("episode_cleanup done", extra=result)
         return result
 

@@ -101,7 +101,8 @@ def _episodes(conn: Connection, params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def last_maintenance_runs(conn: Connection) -> dict[str, dict[str, Any]]:
-    """The newest run of each maintenance task (finished_at None: running, or died mid-run)."""
+    """The newest run of each maintenance task (finished_at None: running, or died mid-run). Fleet-wide: the
+    operator's view (/metrics with an operator token), never a tenant's."""
     return {r["task"]: {"tick": r["tick"], "started_at": r["started_at"].isoformat(),
                         "finished_at": r["finished_at"].isoformat() if r["finished_at"] else None,
                         "summary": r["summary"]}
@@ -118,7 +119,6 @@ def stats(conn: Connection, *, tenant_id: str, scope: str | None, now: datetime,
         "facts": _facts(conn, params), "rules": _rules(conn, params), "episodes": episodes,
         "dead_letters": {"episodes": episodes["by_status"]["dead_letter"],
                          "write_intents": conn.execute(text(INTENTS_SQL), params).scalar_one()},
-        "maintenance": last_maintenance_runs(conn),
     }
 
 
@@ -128,26 +128,30 @@ WITH ep AS (
            count(*) FILTER (WHERE consolidation_status IN ('pending', 'failed')) AS backlog,
            min(created_at) FILTER (WHERE consolidation_status = 'pending') AS oldest_pending,
            count(*) FILTER (WHERE consolidation_status = 'dead_letter') AS dead_letters
-    FROM episodes WHERE consolidation_status <> 'consolidated' GROUP BY tenant_id, butler),
+    FROM episodes WHERE consolidation_status <> 'consolidated'
+      AND (CAST(:tenant AS text) IS NULL OR tenant_id = :tenant) GROUP BY tenant_id, butler),
 wi AS (
     SELECT tenant_id, butler, count(*) FILTER (WHERE status = 'pending') AS pending_intents,
            min(created_at) FILTER (WHERE status = 'pending') AS oldest_intent,
            count(*) FILTER (WHERE status = 'dead_letter') AS dead_intents
-    FROM write_intents WHERE status <> 'applied' GROUP BY tenant_id, butler)
+    FROM write_intents WHERE status <> 'applied'
+      AND (CAST(:tenant AS text) IS NULL OR tenant_id = :tenant) GROUP BY tenant_id, butler)
 SELECT k.tenant_id, k.butler, coalesce(ep.backlog, 0) AS backlog,
        coalesce(extract(epoch FROM CAST(:now AS timestamptz) - ep.oldest_pending), 0) AS oldest_pending_seconds,
        coalesce(ep.dead_letters, 0) AS dead_letter_episodes, coalesce(wi.dead_intents, 0) AS dead_letter_intents,
        coalesce(wi.pending_intents, 0) AS pending_intents,
        coalesce(extract(epoch FROM CAST(:now AS timestamptz) - wi.oldest_intent), 0) AS oldest_intent_seconds
 FROM shard_sequences k LEFT JOIN ep USING (tenant_id, butler) LEFT JOIN wi USING (tenant_id, butler)
+WHERE CAST(:tenant AS text) IS NULL OR k.tenant_id = :tenant
 ORDER BY k.tenant_id, k.butler"""
 
 
-def gauges(conn: Connection, *, now: datetime) -> list[dict[str, Any]]:
-    """One row per shard key that ever wrote (so a drained key reads 0 rather than vanishing)."""
+def gauges(conn: Connection, *, now: datetime, tenant_id: str | None = None) -> list[dict[str, Any]]:
+    """One row per shard key that ever wrote (so a drained key reads 0 rather than vanishing): ``tenant_id``'s
+    keys, or every tenant's (None: the operator's view)."""
     return [{**r, "oldest_pending_seconds": max(0.0, float(r["oldest_pending_seconds"])),
              "oldest_intent_seconds": max(0.0, float(r["oldest_intent_seconds"]))}
-            for r in conn.execute(text(GAUGES_SQL), {"now": now}).mappings()]
+            for r in conn.execute(text(GAUGES_SQL), {"now": now, "tenant": tenant_id}).mappings()]
 
 
 # (metric, help, [(gauge field, extra labels)])
@@ -182,6 +186,20 @@ def prometheus_text(rows: Iterable[Mapping[str, Any]]) -> str:
             for field, extra in series:
                 labels = f"{key},{extra}" if extra else key
                 lines.append(f"{name}{{{labels}}} {_number(row[field])}")
+    return "\n".join(lines) + "\n"
+
+
+def maintenance_text(runs: Mapping[str, Mapping[str, Any]]) -> str:
+    """The newest run of each maintenance task as gauges (start and finish as Unix times; finish 0 while running)."""
+    lines = ["# HELP memory_butler_maintenance_last_started_seconds Start of the newest run of each task (Unix time).",
+             "# TYPE memory_butler_maintenance_last_started_seconds gauge"]
+    lines += [f'memory_butler_maintenance_last_started_seconds{{task="{_label(task)}"}} '
+              f'{datetime.fromisoformat(run["started_at"]).timestamp():.3f}' for task, run in sorted(runs.items())]
+    lines += ["# HELP memory_butler_maintenance_last_finished_seconds End of the newest run of each task (Unix time; "
+              "0 while it runs or if it died).", "# TYPE memory_butler_maintenance_last_finished_seconds gauge"]
+    lines += [f'memory_butler_maintenance_last_finished_seconds{{task="{_label(task)}"}} '
+              f'{datetime.fromisoformat(run["finished_at"]).timestamp() if run["finished_at"] else 0:.3f}'
+              for task, run in sorted(runs.items())]
     return "\n".join(lines) + "\n"
 
 

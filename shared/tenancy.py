@@ -26,11 +26,13 @@ from shared.models import api_tokens, tenants
 TOKEN_PREFIX = "mb_"
 ALL_BUTLERS = "*"
 DEFAULT_BUTLER = "memory"
-ROLES = ("butler", "admin")
+# butler: acts as its butlers; admin: its whole tenant (and its tenant's /metrics); operator: the fleet's /metrics
+# (every tenant's gauges and the maintenance runs) and nothing else - no memory of any tenant.
+ROLES = ("butler", "admin", "operator")
 # The same pattern the schema's CHECK constraints use for tenant and butler names.
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 
-Role = Literal["butler", "admin"]
+Role = Literal["butler", "admin", "operator"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return self.role == "admin"
+
+    @property
+    def is_operator(self) -> bool:
+        return self.role == "operator"
 
     def covers(self, butler: str) -> bool:
         """True when this principal may read and write as ``butler``."""

@@ -63,7 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument("--butler", action="append", required=True,
                         help="a butler the token may act as; repeat for more, or '*' for all")
     create.add_argument("--role", choices=tenancy.ROLES, default="butler",
-                        help="butler (read/write memory) or admin (also operations); default butler")
+                        help="butler (read/write memory), admin (also operations, its tenant's /metrics) or "
+                             "operator (every tenant's /metrics and nothing else); default butler")
     create.set_defaults(func=guarded("tokens", cmd_create))
 
     listing = sub.add_parser("list", help="list tokens (never the secrets)")

@@ -76,6 +76,32 @@ def test_healthz_is_open_and_reports_the_database(front: Front) -> None:
     assert response.json()["status"] == "ok"
 
 
+def test_metrics_show_an_admin_its_tenant_and_an_operator_the_fleet(front: Front, health: Butler, admin: Butler,
+                                                                    engine: Engine, tenant_a: str) -> None:
+    # given two tenants that both wrote
+    other = new_tenant(engine)
+    stranger = Butler(front.url, new_token(engine, other, ["finance"]))
+    health.ok("memory_store_episode", content="mine", butler="health")
+    stranger.ok("memory_store_episode", content="theirs", butler="finance")
+    operator = new_token(engine, other, ["ops"], role="operator")
+
+    def scrape(token: str) -> httpx.Response:
+        return httpx.get(f"{front.base}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+    # an admin sees its own tenant's shard keys only (issue 16, A1)
+    mine = scrape(admin.token)
+    assert mine.status_code == 200 and f'tenant_id="{tenant_a}"' in mine.text and other not in mine.text
+    assert "memory_butler_maintenance_last" not in mine.text
+    # an operator sees every tenant, and the maintenance runs
+    fleet = scrape(operator)
+    assert f'tenant_id="{tenant_a}"' in fleet.text and f'tenant_id="{other}"' in fleet.text
+    assert "# TYPE memory_butler_maintenance_last_started_seconds gauge" in fleet.text
+    # and nothing else: no memory, no dashboard
+    assert httpx.post(front.url, json={}, headers={"Authorization": f"Bearer {operator}"}, timeout=10).status_code == 403
+    assert httpx.get(f"{front.base}/api/me", headers={"Authorization": f"Bearer {operator}"},
+                     timeout=10).status_code == 403
+
+
 def test_metrics_need_an_admin_token(front: Front, health: Butler, admin: Butler) -> None:
     assert httpx.get(f"{front.base}/metrics", timeout=10).status_code == 401
     denied = httpx.get(f"{front.base}/metrics", headers={"Authorization": f"Bearer {health.token}"}, timeout=10)

@@ -255,6 +255,22 @@ def test_cleanup_deletes_expired_then_oldest_consolidated_beyond_capacity(engine
         assert len(_events(c, tenant)) == 2
 
 
+def test_cleanup_prunes_old_maintenance_runs(engine):
+    # given runs from 30 days ago and from now (the table grows ~8,600 rows a day)
+    tag = uuid.uuid4().hex[:8]
+    with engine.begin() as c:
+        c.execute(text("INSERT INTO maintenance_runs (task, tick, started_at) VALUES "
+                       "(:t, 'old', CAST(:old AS timestamptz)), (:t, 'new', CAST(:new AS timestamptz))"),
+                  {"t": f"test.{tag}", "old": NOW - timedelta(days=30), "new": NOW})
+    # when cleanup runs with the default retention (14 days)
+    result = maintenance.episode_cleanup(engine, now=NOW, settings=load_settings())
+    # then only the old one went
+    assert result["maintenance_runs_deleted"] >= 1
+    with engine.connect() as c:
+        assert c.execute(text("SELECT tick FROM maintenance_runs WHERE task = :t"), {"t": f"test.{tag}"}).all() == \
+            [("new",)]
+
+
 def test_a_tick_is_claimed_once(conn):
     # given a claimed tick
     run_id = maintenance.claim_tick(conn, task="memory.decay_sweep", tick="2026-06-01T03:00")

@@ -106,12 +106,15 @@ def test_stats_scope_narrows_to_global_plus_scope_and_the_butlers_episodes(conn,
     assert stats_mod.stats(conn, tenant_id=other, scope=None, now=NOW, settings=SETTINGS)["facts"]["total"] == 0
 
 
-def test_stats_show_the_last_run_of_each_maintenance_task(conn, tenant):
-    conn.execute(text("INSERT INTO maintenance_runs (task, tick, started_at, summary) VALUES "
-                      "('memory.t1', 'a', now() - interval '1 day', '{}'), "
-                      "('memory.t1', 'b', now(), '{\"batches\": 2}')"))
-    runs = stats_mod.stats(conn, tenant_id=tenant, scope=None, now=NOW, settings=SETTINGS)["maintenance"]
+def test_the_last_run_of_each_maintenance_task_is_the_operators_not_a_tenants(conn, tenant):
+    conn.execute(text("INSERT INTO maintenance_runs (task, tick, started_at, finished_at, summary) VALUES "
+                      "('memory.t1', 'a', now() - interval '1 day', NULL, '{}'), "
+                      "('memory.t1', 'b', now(), now(), '{\"batches\": 2}')"))
+    runs = stats_mod.last_maintenance_runs(conn)
     assert runs["memory.t1"]["tick"] == "b" and runs["memory.t1"]["summary"] == {"batches": 2}
+    assert 'memory_butler_maintenance_last_finished_seconds{task="memory.t1"} ' in stats_mod.maintenance_text(runs)
+    # fleet-wide rows (with their raw summaries) are not part of a tenant's memory_stats (issue 16, A2)
+    assert "maintenance" not in stats_mod.stats(conn, tenant_id=tenant, scope=None, now=NOW, settings=SETTINGS)
 
 
 def test_gauges_per_shard_key_and_prometheus_text(conn, tenant):
