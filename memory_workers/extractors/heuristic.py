@@ -70,6 +70,8 @@ _GENERAL = re.compile(r"\b(?:always|never|every\s+time|whenever|from\s+now\s+on|
 # A rule tells the butler how to act for the user: "I ..." describes the speaker, "your inbox" advises the user,
 # "again" scolds one answer.
 _NOT_FOR_THE_BUTLER = re.compile(r"\b(?:I|I'm|I'll|I've|I'd|your|yours|yourself|again)\b", re.IGNORECASE)
+# "those campgrounds", "these points": about the conversation at hand, not a standing rule.
+_DEICTIC = re.compile(r"\b(?:those|these)\b", re.IGNORECASE)
 _CONDITION = re.compile(r"^(?:when|whenever|if|before|after|every\s+time)\b[^,]{1,120},\s*", re.IGNORECASE)
 _REMINDER = re.compile(r"\b(?:forget|remind\s+me|reminder)\b", re.IGNORECASE)
 _YOU = re.compile(r"\byou(?:'re|'ve)?\b|\byour\b", re.IGNORECASE)
@@ -84,6 +86,8 @@ _TYPOS = ((re.compile(r"\bim\b"), "I'm"), (re.compile(r"\bi\b"), "I"), (re.compi
           (re.compile(r"\bive\b"), "I've"))
 
 USER = "user"
+_CUT_WORD = re.compile(r"[.'’-]\w")
+_QUOTED = re.compile(r"[\"“”‘’]|'\s|\s'|'$")
 _NUMBERS = frozenset("one two three four five six seven eight nine ten eleven twelve hundred thousand".split())
 
 
@@ -141,7 +145,7 @@ def _display(entity: str) -> str:
 def _value_ok(value: str, base: str) -> bool:
     """A concrete object: not a pronoun, not a clause fragment, not a filler."""
     words = re.findall(r"[\w']+", value.casefold())
-    if not words or not value[:1].isalnum() or len(words) > 8 or words[0] in BAD_FIRST:
+    if not words or not value[:1].isalnum() or len(words) > 8 or words[0] in BAD_FIRST or _QUOTED.search(value):
         return False
     if words[0] in _NUMBERS or (value[:1].isupper() and words[0] in NOT_A_NAME and words[0] not in VAGUE_LEAD):
         return False
@@ -241,13 +245,19 @@ def _facts(entity: str, pattern: FactPattern, match: re.Match[str]) -> Iterator[
         yield _Candidate(who, predicate, predicate, content)
         return
     raw = groups.get("v") or groups.get("lv", "").title()
+    if "v" in match.groupdict() and _CUT_WORD.match(match.string, match.end("v")):
+        return  # the value stops inside a token ("emailjoy" of "emailjoy.com")
     values = [p.strip(" '") for p in _LIST_SPLIT.split(raw)] if pattern.listing else [raw]
-    for value in values:
+    if pattern.listing and values[0].startswith("to "):  # "to relax or meet friends": the "to" is shared
+        values = [v if v.startswith("to ") else f"to {v}" for v in values]
+    for n, value in enumerate(values):
         if pattern.predicate == "name":
             if value.split()[0].casefold() in NOT_A_NAME:
                 continue
             value = value[:1].upper() + value[1:]
         elif not _value_ok(value, pattern.predicate):
+            if n == 0:
+                return  # a list whose head is not a thing ("how you've ... and given ...") is not a list of things
             continue
         fill = {**groups, "v": value, "S": _display(entity),
                 "when": " " + groups["when"] if groups.get("when") else "",
@@ -286,7 +296,8 @@ def _clean_rule(text: str) -> str | None:
     text = text.strip(" \"'“”‘’.!;:,")
     words = re.findall(r"[\w']+", text.casefold())
     main = _CONDITION.sub("", text)  # "When I ask for a recipe, list ..." is about the butler's action
-    if not 3 <= len(words) <= 40 or words[-1] in VAGUE_WORDS or _NOT_FOR_THE_BUTLER.search(main):
+    if not 3 <= len(words) <= 40 or words[-1] in VAGUE_WORDS or _NOT_FOR_THE_BUTLER.search(main) or \
+            _DEICTIC.search(text):
         return None
     return (text[:1].upper() + text[1:])[:2000].strip()
 
