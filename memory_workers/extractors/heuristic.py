@@ -37,6 +37,7 @@ from memory_workers.extractors.heuristic_patterns import (
     QUESTION,
     REPORTED,
     RELATIVE,
+    RETRACTIONS,
     REPORTING,
     ROLE_SPEAKERS,
     NOT_AN_ORDER,
@@ -64,12 +65,19 @@ from shared.vocabulary import OPPOSITES, PREDICATES, base_predicate, slug, store
 # Natural sentences are far shorter; the cap bounds regex work on pasted logs and other walls of text.
 _MAX_SENTENCE = 600
 _SPLIT = re.compile(r"(?<=[.!?])\s+|\n+|\s+-{1,2}\s+|;\s+")
+_ABBREVIATION = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Prof|St|Mt|Jr|Sr|vs|etc|e\.g|i\.e)\.$")
 _LIST_SPLIT = re.compile(r"\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or|&)\s+", re.IGNORECASE)
 _GENERAL = re.compile(r"\b(?:always|never|every\s+time|whenever|from\s+now\s+on|in\s+(?:the\s+)?future|"
                       r"going\s+forward|by\s+default)\b", re.IGNORECASE)
 # A rule tells the butler how to act for the user: "I ..." describes the speaker, "your inbox" advises the user,
 # "again" scolds one answer.
-_NOT_FOR_THE_BUTLER = re.compile(r"\b(?:I|I'm|I'll|I've|I'd|your|yours|yourself|again)\b", re.IGNORECASE)
+_NOT_FOR_THE_BUTLER = re.compile(
+    r"\b(?:I|I'm|I'll|I've|I'd|your(?!\s+(?:answers|replies|responses|messages|summaries))|yours|yourself|again)\b",
+    re.IGNORECASE)
+# A reason after the instruction is not part of it: "Always answer in metric units, I never think in miles."
+_REASON = re.compile(r"(?:,|\s+-+|;)\s+(?:I|I'm|I've|as|since|because|it's)\b.*$", re.IGNORECASE)
+_ENDS_VAGUE = frozenset({"it", "that", "this", "them", "so", "there", "too"})
+_OWNER = re.compile(r"\b(?:my|our)\b", re.IGNORECASE)
 # "those campgrounds", "these points": about the conversation at hand, not a standing rule.
 _DEICTIC = re.compile(r"\b(?:those|these)\b", re.IGNORECASE)
 _CONDITION = re.compile(r"^(?:when|whenever|if|before|after|every\s+time)\b[^,]{1,120},\s*", re.IGNORECASE)
@@ -108,11 +116,17 @@ class _Turn:
 
 
 def sentences(text: str) -> Iterator[str]:
-    """The text's sentences, whitespace-collapsed, list bullets dropped, each at most _MAX_SENTENCE chars."""
+    """The text's sentences, whitespace-collapsed, list bullets dropped, each at most _MAX_SENTENCE chars; a
+    period after an abbreviation ("Dr. Osei", "St. Louis") does not end one."""
+    held = ""
     for part in _SPLIT.split(text):
+        part = held + part
+        held = part + " " if _ABBREVIATION.search(part) else ""
         sentence = " ".join(part.split()).lstrip("-*• ")[:_MAX_SENTENCE]
-        if sentence:
+        if sentence and not held:
             yield sentence
+    if held.strip():
+        yield " ".join(held.split())[:_MAX_SENTENCE]
 
 
 def turns(content: str) -> Iterator[_Turn]:
@@ -259,7 +273,7 @@ def _facts(entity: str, pattern: FactPattern, match: re.Match[str]) -> Iterator[
             if n == 0:
                 return  # a list whose head is not a thing ("how you've ... and given ...") is not a list of things
             continue
-        fill = {**groups, "v": value, "S": _display(entity),
+        fill = {**groups, "v": _OWNER.sub("their", value), "S": _display(entity),
                 "when": " " + groups["when"] if groups.get("when") else "",
                 "a": groups["a"] + " " if groups.get("a") else ""}
         content = pattern.content.format_map(fill)
@@ -282,7 +296,7 @@ def _rule_in(sentence: str) -> str | None:
         x, c, y = (" ".join(preference.group(g).split()) for g in ("x", "c", "y"))
         return _clean_rule(f"User prefers {x} {c} {y}")
     reported = REPORTED.search(sentence)
-    text = (sentence[reported.end():] if reported else sentence).strip(" \"'“”‘’")
+    text = _REASON.sub("", (sentence[reported.end():] if reported else sentence).strip(" \"'“”‘’"))
     if not any(shape.search(text) for shape in RULE_SHAPES):
         return None
     general = _GENERAL.search(text)
@@ -296,7 +310,7 @@ def _clean_rule(text: str) -> str | None:
     text = text.strip(" \"'“”‘’.!;:,")
     words = re.findall(r"[\w']+", text.casefold())
     main = _CONDITION.sub("", text)  # "When I ask for a recipe, list ..." is about the butler's action
-    if not 3 <= len(words) <= 40 or words[-1] in VAGUE_WORDS or _NOT_FOR_THE_BUTLER.search(main) or \
+    if not 3 <= len(words) <= 40 or words[-1] in _ENDS_VAGUE or _NOT_FOR_THE_BUTLER.search(main) or \
             _DEICTIC.search(text):
         return None
     return (text[:1].upper() + text[1:])[:2000].strip()
@@ -375,6 +389,11 @@ class HeuristicExtractor:
                 continue
             for found in _facts(entity, pattern, match):
                 batch.add_fact(found, episode_id)
+        for regex, base in RETRACTIONS:
+            for match in regex.finditer(sentence):
+                entity = subjects.resolve(match.group("s"), turn, match.start("s"), subjects.mentions(sentence))
+                if entity is not None:
+                    batch.retractions.append((entity, base, match.group("v"), sentence, episode_id))
         if not turn.assistant and not hypothetical:
             rule = _rule_in(sentence)
             if rule:

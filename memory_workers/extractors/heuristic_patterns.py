@@ -22,8 +22,8 @@ SUBJECT = rf"(?P<s>\bI\b|\bwe\b|\bhe\b|\bshe\b|\bthey\b|\b(?:the\s+)?user\b|\b{N
 POSSESSIVE = rf"(?P<s>\bmy\b|\bour\b|\bhis\b|\bher\b|\btheir\b|\b(?:the\s+)?user'?s\b|\b{NAME}'s\b)"
 # After the subject: a negation or a modal, kept in one group and classified by the extractor.
 AUX = (r"(?P<aux>(?:\s+(?:(?:do|does|did|can|ca|will|wo|would|could|should|must)(?:n't|\s+not)?|might|may|shall|"
-       r"also|still|really|no\s+longer|not|never)\b|'d\b|'ll\b)*)")
-BE = r"(?:'m|'re|'s|\s+am|\s+are|\s+is|\s+was|\s+were)"
+       r"also|still|really|no\s+longer|not|never|have|has)\b|'d\b|'ll\b|'ve\b)*)")
+BE = r"(?:'m|'re|'s|\s+am|\s+are|\s+is|\s+was|\s+were|'ve\s+been|\s+have\s+been|\s+has\s+been)"
 BE_NEG = r"(?P<neg>\s+(?:not|no\s+longer|never)\b|n't\b)?"
 ADV = (r"(?:\s+(?:now|currently|still|also|actually|really|just|recently|finally|originally|definitely|totally|"
        r"already|severely|very|mildly|slightly|highly|extremely|quite|pretty|both|even|officially|happily|so|"
@@ -32,7 +32,7 @@ ADV = (r"(?:\s+(?:now|currently|still|also|actually|really|just|recently|finally
 # Where a value stops: punctuation, or a word that starts a new clause or a time phrase.
 _END = (
     r"(?=\s+(?:and|but|so|because|since|although|though|which|who|when|whenever|while|if|unless|as|with|for|from|"
-    r"until|in|during|after|before|last|next|this|now|recently|yesterday|today|tonight|tomorrow|anymore|too|"
+    r"until|in|at|during|after|before|last|next|this|now|recently|yesterday|today|tonight|tomorrow|anymore|too|"
     r"also|every|ago|lately|these|right)\b"
     r"|\s*[,;:.!?()\"\n]|\s+-\s|$)"
 )
@@ -40,18 +40,18 @@ V = r"(?P<v>[^,;:.!?()\"\n]{1,100}?)" + _END
 _LIST_END = r"(?=\s+(?:but|so|because|since|which|when|if|unless|though|too|as|anymore)\b|\s*[;:.!?()\"\n]|$)"
 LIST = r"(?P<v>[^;:.!?()\"\n]{1,140}?)" + _LIST_END
 # A proper noun phrase: a place or an organisation ("New York", "Rio de Janeiro", "Acme Corp").
-PROPER = (r"(?P<v>(?-i:(?:the\s+)?[A-ZÀ-Ý][\w'&-]*(?:(?:\s+(?:de|da|do|del|la|le|of|on|upon|am|and)\s+|\s+)"
-          r"[A-ZÀ-Ý0-9][\w'&-]*)*))")
+PROPER = (r"(?P<v>(?-i:(?:the\s+)?[A-ZÀ-Ý][\w'&-]*(?:(?:\s+(?:de|da|do|del|la|le|of|on|upon|am)\s+|\s+)"
+          r"(?!I\b)[A-ZÀ-Ý0-9][\w'&-]*)*))")
 PLACE = rf"(?:{PROPER}|(?P<lv>[a-z][a-z-]{{2,30}}))" + r"(?=\s|[,;:.!?()\"]|$)"
 DATE = r"(?P<v>(?:[A-Z][a-z]+\s+\d{1,2}(?:st|nd|rd|th)?|\d{1,2}(?:st|nd|rd|th)?(?:\s+of)?\s+[A-Z][a-z]+)(?:,?\s+\d{4})?)"
 WHEN = (r"(?P<when>\s+(?:next\s+\w+|tomorrow|tonight|this\s+(?:week|weekend|month|year|summer|winter|spring|fall|"
         r"autumn|evening)|soon|on\s+\w+day|in\s+(?:January|February|March|April|May|June|July|August|September|"
         r"October|November|December)))")
 
-FAMILY = (r"wife|husband|partner|spouse|son|daughter|kid|child|mother|mom|mum|father|dad|sister|brother|"
+FAMILY = (r"wife|husband|spouse|son|daughter|kid|child|mother|mom|mum|father|dad|sister|brother|"
           r"grandmother|grandma|grandfather|grandpa|aunt|uncle|cousin|niece|nephew|fianc[eé]e?|stepson|stepdaughter|"
           r"stepmother|stepfather|twin")
-SOCIAL = (r"best\s+friend|friend|boss|manager|colleague|coworker|co-worker|roommate|flatmate|girlfriend|boyfriend|"
+SOCIAL = (r"partner|best\s+friend|friend|boss|manager|colleague|coworker|co-worker|roommate|flatmate|girlfriend|boyfriend|"
           r"neighbou?r|mentor|teammate|doctor|therapist|landlord")
 RELATION = rf"(?P<rel>{FAMILY}|{SOCIAL})"
 FAMILY_WORDS = re.compile(rf"^(?:{FAMILY})$", re.IGNORECASE)
@@ -69,6 +69,13 @@ OCCUPATIONS = (
     r"salesperson|cashier|driver|farmer|soldier|officer|administrator|assistant|coordinator|"
     r"director|founder|intern|tutor|coach|trainer|caregiver|social\s+worker|retiree)s?"
 )
+
+NATIONALITIES = (r"American|Canadian|Mexican|Brazilian|Argentinian|Colombian|Chilean|Peruvian|British|English|Scottish|"
+                 r"Irish|Welsh|French|German|Italian|Spanish|Portuguese|Dutch|Belgian|Swiss|Austrian|Swedish|"
+                 r"Norwegian|Danish|Finnish|Polish|Czech|Hungarian|Romanian|Greek|Turkish|Russian|Ukrainian|"
+                 r"Israeli|Egyptian|Moroccan|Nigerian|Ghanaian|Kenyan|Ethiopian|South\s+African|Indian|Pakistani|"
+                 r"Bangladeshi|Chinese|Japanese|Korean|Vietnamese|Thai|Filipino|Indonesian|Malaysian|Australian|"
+                 r"Iranian|Iraqi|Lebanese|Syrian|Saudi")
 
 LANGUAGES = (r"English|Spanish|French|German|Italian|Portuguese|Dutch|Russian|Polish|Ukrainian|Turkish|Arabic|"
              r"Hebrew|Hindi|Urdu|Bengali|Mandarin|Chinese|Cantonese|Japanese|Korean|Vietnamese|Thai|Indonesian|"
@@ -101,7 +108,7 @@ class FactPattern:
     kind: str = ""  # for "favorite": the favourite's kind comes from group k
 
 
-_ELIDED = r"(?:,|\band)"
+_ELIDED = r"(?:,|\band|\bwho)"
 
 
 def _p(form: str, body: str, predicate: str, content: str, **kw: object) -> FactPattern:
@@ -119,6 +126,8 @@ FACT_PATTERNS: tuple[FactPattern, ...] = (
     # identity
     _p("poss", rf"(?:full\s+|first\s+)?name\s+is\s+(?P<v>{NAME}|[a-z]+)\b", "name", "{S}'s name is {v}"),
     _p("be", rf"(?:called|named)\s+(?P<v>{NAME})\b", "name", "{S}'s name is {v}"),
+    _p("bare", rf"^(?:(?:hi|hey|hello)[,!]?\s+)?(?P<s>I)(?:'m|\s+am)\s+(?P<v>{NAME})(?=\s*[,.!]|\s+and\b|$)", "name",
+       "{S}'s name is {v}"),
     _p("poss", rf"(?:birthday|date\s+of\s+birth)\s+is\s+(?:on\s+)?{DATE}", "birthday", "{S}'s birthday is {v}"),
     _p("be", rf"born\s+on\s+{DATE}", "birthday", "{S}'s birthday is {v}"),
     _p("be", rf"(?:born\s+and\s+raised|born|raised)\s+in\s+{PLACE}", "hometown", "{S} is from {v}"),
@@ -126,6 +135,9 @@ FACT_PATTERNS: tuple[FactPattern, ...] = (
     _p("be", rf"from\s+{PROPER}(?=\s|[,;:.!?()\"]|$)(?!\s+(?:team|department|office|support|company))",
        "hometown", "{S} is from {v}"),
     _p("be", r"(?P<v>\d{1,3})\s+years?\s+old\b", "age", "{S} is {v} years old"),
+    _p("be", r"(?P<v>\d{1,2})(?=\s*(?:[,.!;]|$|\s+and\b))", "age", "{S} is {v} years old"),
+    _p("verb", rf"originally\s+from\s+{PROPER}(?=\s|[,;:.!?()\"]|$)", "hometown", "{S} is from {v}"),
+    _p("be", rf"(?P<v>(?-i:{NATIONALITIES}))\b(?!\s+(?-i:[A-Z]))", "nationality", "{S} is {v}"),
     _p("verb", r"(?:just\s+)?turned\s+(?P<v>\d{1,3})\b", "age", "{S} is {v} years old"),
     # health
     _p("be", rf"allergic\s+to\s+{LIST}", "allergic_to", "{S} is allergic to {v}", listing=True),
@@ -135,13 +147,18 @@ FACT_PATTERNS: tuple[FactPattern, ...] = (
     _p("verb", rf"(?:has|have|'ve\s+got|got|suffers?\s+from|live\s+with|lives\s+with)\s+(?P<v>{CONDITIONS})\b",
        "medical_condition", "{S} has {v}"),
     _p("be", rf"(?:an?\s+)?(?P<v>{DIETS})\b", "diet", "{S} is {v}"),
-    _p("be", r"(?:now\s+)?on\s+an?\s+(?P<v>(?!new\b)[\w-]{2,30}(?:\s[\w-]{2,30})?)\s+diet\b", "diet",
+    _p("be", r"(?:now\s+)?on\s+(?:an?|the)\s+(?P<v>(?!new\b)[\w-]{2,30}(?:\s[\w-]{2,30})?)\s+diet\b", "diet",
        "{S} is on a {v} diet"),
+    _p("verb", r"(?:switched\s+to|went\s+on|moved\s+to)\s+an?\s+(?P<v>[\w-]{2,30})\s+diet\b", "diet",
+       "{S} is on a {v} diet"),
+    _p("verb", rf"(?:don't|doesn't|do\s+not|does\s+not|never)\s+eat\s+{LIST}", "diet", "{S} does not eat {v}",
+       listing=True),
     _p("verb", r"(?:started|began|'ve\s+started|has\s+started)\s+(?:a|an)\s+(?P<v>new(?:\s+[\w-]+)?|[\w-]+)\s+diet\b",
        "diet", "{S} started a {v} diet"),
     _p("verb", rf"(?:eat|eats)\s+(?P<v>no\s+[^,;:.!?()\"\n]{{2,60}}?){_END}", "diet", "{S} eats {v}"),
     # places and work
-    _p("verb", rf"(?:live|lives|living|reside|resides)\s+in\s+{PLACE}", "lives_in", "{S} lives in {v}"),
+    _p("verb", rf"(?:live|lives|living|reside|resides|(?<=(?:'ve|ave|has)\s)lived)\s+in\s+{PLACE}", "lives_in",
+       "{S} lives in {v}"),
     _p("be", rf"(?:living|based|located|settled)\s+in\s+{PLACE}", "lives_in", "{S} lives in {v}"),
     _p("verb", rf"(?:moved|relocated|'ve\s+moved|have\s+moved|has\s+moved)\s+to\s+{PLACE}", "lives_in",
        "{S} lives in {v}"),
@@ -156,6 +173,8 @@ FACT_PATTERNS: tuple[FactPattern, ...] = (
        "{S} works at {v}"),
     _p("verb", rf"(?:work|works|working)(?:\s+(?:at|for)\s+[^,;.!?]{{1,80}}?)?\s+as\s+(?P<a>an?\s+)?{V}", "job", "{S} works as {a}{v}"),
     _p("be", rf"(?P<a>an?\s+)(?P<v>{OCCUPATIONS})\b(?!\s+(?:at\s+heart|by\s+nature))", "job", "{S} is {a}{v}"),
+    _p("verb", rf"(?:work|works|working)\s+as\s+an?\s+[^,;.!?]{{1,60}}?\s+(?:at|for)\s+{PROPER}"
+       r"(?=\s|[,;:.!?()\"]|$)", "works_at", "{S} works at {v}"),
     _p("poss", rf"(?:job|profession|occupation)\s+is\s+{V}", "job", "{S}'s job is {v}"),
     _p("verb", rf"(?:study|studies|studying|major\s+in|majoring\s+in)\s+{V}", "studies", "{S} studies {v}"),
     _p("be", rf"(?:a\s+)?(?:student|studying)\s+at\s+{PROPER}(?=\s|[,;:.!?()\"]|$)", "studies",
@@ -198,6 +217,17 @@ FACT_PATTERNS: tuple[FactPattern, ...] = (
     _p("verb", rf"(?:plan|plans)\s+to\s+{V}{WHEN}", "plans", "{S} plans to {v}{when}"),
 )
 
+# Retractions that are not a negated fact clause ("I stopped learning piano", "I quit my job at Acme").
+_RETRACT_LEAD = rf"{SUBJECT}(?:'ve|\s+have|\s+has)?\s+(?:just\s+)?"
+RETRACTIONS: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(regex, re.IGNORECASE), base) for regex, base in (
+    (rf"{_RETRACT_LEAD}(?:stopped|quit|gave\s+up)\s+(?:learning|studying)\s+{V}", "learning"),
+    (rf"{_RETRACT_LEAD}(?:stopped|quit|gave\s+up|finished)\s+reading\s+{V}", "reading"),
+    (rf"{_RETRACT_LEAD}(?:quit|left)\s+(?:my|his|her|their|the)\s+job\s+at\s+{PROPER}", "works_at"),
+    (rf"{_RETRACT_LEAD}(?:moved\s+out\s+of|moved\s+away\s+from|left)\s+{PROPER}(?=\s|[,;:.!?()\"]|$)", "lives_in"),
+    (rf"{SUBJECT}\s+(?:don't|doesn't|do\s+not|does\s+not|no\s+longer)\s+have\s+(?:the|my|our|a|an)\s+"
+     rf"(?P<v>{PETS})\b", "has_pet"),
+))
+
 # Sentences (or the part after such a cue) that are not statements about the world.
 HYPOTHETICAL = re.compile(
     r"\b(?:if|suppose|supposing|imagine|wish|hypothetically|in\s+case|what\s+if|whether|pretend|let's\s+say|"
@@ -219,7 +249,7 @@ VAGUE_WORDS = frozenset({
     "it", "that", "this", "these", "those", "them", "him", "her", "one", "so", "me", "you", "your", "yours",
     "there", "here", "something", "anything", "everything", "nothing", "stuff", "things", "thing", "what", "how",
     "why", "when", "where", "which", "who", "was", "were", "is", "are", "be", "been", "being", "cause", "'cause",
-    "because", "i", "we", "us", "they", "he", "she", "my", "our", "myself", "yourself", "idea", "lot", "way",
+    "because", "i", "we", "us", "they", "he", "she", "myself", "yourself", "idea", "lot", "way",
     "much", "more", "most", "too", "very", "doing", "hearing", "seeing", "talking", "having", "getting", "going",
     "if", "whether", "than", "then", "just", "like", "time", "times", "bit", "part", "kind", "sort",
 })
@@ -229,7 +259,7 @@ BAD_FIRST = frozenset({"or", "and", "but", "so", "than", "then", "just", "also",
                        "straight", "how", "what", "when", "where", "why", "if", "whether", "being", "getting"})
 # What a person likes is a thing or an activity in general ("hiking", "Thai food"); "the breakdown",
 # "this plan", "your idea" are about the conversation at hand.
-LIKES_FIRST = frozenset({"the", "this", "that", "these", "those", "your", "his", "her", "their", "our", "its",
+LIKES_FIRST = frozenset({"the", "this", "that", "these", "those", "your", "his", "her", "their", "our", "its", "my",
                          "a", "an", "clear", "it's", "how"})
 
 # The speaker of a "Name: ..." line; words that start a line with a colon but are not speakers.
@@ -254,7 +284,7 @@ ASSISTANT_SPEAKERS = frozenset({"assistant", "ai", "bot", "butler", "agent", "sy
 CONFIRMING = re.compile(
     r"\b(?:got\s+it|noted|understood|i'll\s+(?:remember|keep|note|make\s+a\s+note)|i\s+will\s+(?:remember|keep|note)|"
     r"thanks\s+for\s+(?:letting\s+me\s+know|telling\s+me|sharing)|good\s+to\s+know|so\s+you(?:'re|\s+are)|"
-    r"since\s+you(?:'re|\s+are)|as\s+you(?:'re|\s+are)|i've\s+(?:noted|saved|updated)|i\s+have\s+(?:noted|saved))\b",
+    r"since\s+you\b|because\s+you\b|given\s+(?:that\s+)?you\b|as\s+you(?:'re|\s+are)|i've\s+(?:noted|saved|updated)|i\s+have\s+(?:noted|saved))\b",
     re.IGNORECASE,
 )
 # Words that start a capitalised clause but are not people.
@@ -275,11 +305,12 @@ NOT_A_NAME = frozenset({
 # "Tom said", "Ana told me": a named person whose later he/she/they the extractor resolves to them.
 REPORTING = re.compile(
     rf"\b(?P<who>{NAME})\s+(?:said|says|mentioned|mentions|told|tells|explained|noted|shared|added|reported|"
-    r"wrote|texted|called|asked|came|visited|stopped\s+by|dropped\s+by|introduced|announced|confirmed)\b"
+    r"wrote|texted|called|asked|came|visited|stopped\s+by|dropped\s+by|introduced|announced|confirmed|"
+    rf"(?i:is|was)\s+(?i:an?)\s+(?i:{OCCUPATIONS}))\b"
 )
 # "my sister Ana", "Ana is my sister": a person the episode introduces by their relation.
-RELATIVE = re.compile(rf"\b(?:my|our|his|her|their)\s+(?:{FAMILY}|{SOCIAL}),?\s+(?P<who>{NAME})\b|"
-                      rf"\b(?P<who2>{NAME})(?:\s+is|,)\s+(?:my|our|his|her|their)\s+(?:{FAMILY}|{SOCIAL})\b",
+RELATIVE = re.compile(rf"\b(?:my|our|his|her|their|your)\s+(?:{FAMILY}|{SOCIAL}),?\s+(?P<who>{NAME})\b|"
+                      rf"\b(?P<who2>{NAME})(?:\s+is|,)\s+(?:my|our|his|her|their|your)\s+(?:{FAMILY}|{SOCIAL})\b",
                       re.IGNORECASE)
 THE_USER = re.compile(r"\b(?:the\s+)?user\b", re.IGNORECASE)
 
@@ -316,6 +347,8 @@ RULE_SHAPES: tuple[re.Pattern[str], ...] = tuple(
         rf"^(?:(?:please|also|and|so|but)\s+)*{_LEAD}(?:please\s+)?(?:(?:always|never)\s+)?{_VERB}",
         rf"^(?:(?:please|also|and|so|but)\s+)*(?:please\s+)?{_VERB}[^.!?]*\b{_GENERAL}\b",
         rf"^(?:please\s+)?(?:don't|do\s+not)\s+{_VERB}[^.!?]*{_POLICY}",
+        r"^(?:please\s+)?(?:keep|make|write|give)\s+(?:your\s+)?(?:answers|replies|responses|messages|summaries)\b",
+        r"^(?:please\s+)?(?:address|call|refer\s+to)\s+me\s+as\b",
         r"^(?!(?:i|we|you|it|this|that|these|those|the|my|your|there|he|she|they)\b)[\w' -]{1,60}?\b"
         r"(?:should\s+always|must\s+always|"
         r"should\s+never|must\s+never|should\s+be\s+(?:listed|formatted|written|kept|sent))\b",
