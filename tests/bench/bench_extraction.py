@@ -7,19 +7,21 @@
 1. The labelled set (``tests/bench/extraction_dataset.py``: 210 episodes, 40 % held back and never tuned on): each
    case is one extraction request (its butler, its known facts), and is scored against its gold:
    - a fact matches a gold fact when the subject agrees (casefolded; "the user" = "user"), the predicate's
-     vocabulary base agrees, and the contents mean the same (MiniLM cosine >= 0.8: rewordings of one gold fact
-     measure 0.83-0.97 here, a different value of the same predicate 0.45-0.78); one-to-one;
+     vocabulary base agrees, and the contents mean the same (MiniLM cosine >= 0.9; measured on the dev split:
+     two different gold facts of one subject and predicate reach 0.82 at p95 and 0.93 at most ("allergic to dust
+     mites" / "to pollen"), the heuristic's facts against their gold 0.97 at least); one-to-one;
    - precision / recall / F1 of facts; subject accuracy (of the predicted facts whose predicate and content match
      a gold fact, the share with its subject), permanence accuracy and scope correctness (of the matched facts;
      gold scope "butler" is the case's butler); rules precision / recall (cosine >= 0.7 on the content: a rule
-     is worded freely); "nothing" accuracy (cases with no gold fact or rule that yield none); contradiction
+     is worded freely, and two different gold rules reach 0.68 at most); "nothing" accuracy (cases with no gold fact or rule that yield none); contradiction
      recall (cases that take back a known fact: a contradiction or a superseding fact names it); episodes/s.
 2. ``--realmem``: RealMem's sessions (``../shared/datasets/realmem``) carry the memory points a careful extractor
    took from each (``extracted_memory``). Every session of a persona, in order, is one request (its turns as
    ``"<Speaker>: <text>"`` episodes, the facts learned so far as known facts); a point is covered when a learned
-   fact or rule is within cosine 0.6 of it (their points are long sentences with a category prefix, ours short
-   ones: a threshold picked from the hand-checked sample below). Prints coverage per persona and facts/rules
-   per session; ``--sample N`` prints N seeded matches to check by hand.
+   fact or rule is within cosine 0.6 of it (their points are long sentences, often with a category prefix, which
+   is dropped; ours are short: checked by hand, 16 of the full run's 17 matches, from 0.60 up, were true - see
+   BENCHMARKS.md). Prints coverage per persona and facts/rules per session; ``--sample N`` prints N
+   seeded matches to check by hand.
 
 Prints the machine-speed reference line first. An extractor that is not available (no ``--base-url`` for openai)
 is skipped with a note.
@@ -53,7 +55,7 @@ from tests.bench import conversations as rm  # noqa: E402
 from tests.bench.common import reference_line  # noqa: E402
 from tests.bench.extraction_dataset import CASES, Case  # noqa: E402
 
-FACT_MATCH = 0.8
+FACT_MATCH = 0.9
 RULE_MATCH = 0.7
 POINT_MATCH = 0.6
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
@@ -138,16 +140,16 @@ def score_case(case: Case, request: ExtractionRequest, got: Extraction, sim: Sim
     free = set(range(len(gold)))
     for fact in got.facts:
         base = base_predicate(fact.predicate)
-        same = [i for i in free if base_predicate(gold[i].predicate) == base
+        same = [i for i in range(len(gold)) if base_predicate(gold[i].predicate) == base
                 and sim(fact.content, gold[i].content) >= FACT_MATCH]
-        if same:
-            score.subject_seen += 1
-        right = [i for i in same if subject_key(gold[i].subject) == subject_key(fact.subject)]
+        subject_ok = [i for i in same if subject_key(gold[i].subject) == subject_key(fact.subject)]
+        score.subject_seen += bool(same)
+        score.subject_right += bool(subject_ok)
+        right = [i for i in subject_ok if i in free]
         if right:
             i = max(right, key=lambda j: sim(fact.content, gold[j].content))
             free.discard(i)
             score.facts_matched += 1
-            score.subject_right += 1
             score.permanence_right += fact.permanence == gold[i].permanence
             score.scope_right += fact.scope == (case.butler if gold[i].scope == "butler" else gold[i].scope)
             if fact.permanence != gold[i].permanence:
@@ -218,7 +220,7 @@ def print_table(rows: list[tuple[str, str, int, dict[str, float | None]]]) -> No
 
 # --- RealMem coverage ----------------------------------------------------------------------------------------
 
-_CATEGORY = re.compile(r"^\s*\[[^\]]*\]\s*")
+_CATEGORY = re.compile(r"^\s*(?:\[[^\]]*\]|【[^】]*】)\s*")
 
 
 def realmem(extractor, personas: Sequence[int], sessions: int | None, sim: Similarity, sample: int) -> None:  # noqa: ANN001

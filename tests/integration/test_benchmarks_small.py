@@ -14,6 +14,7 @@ import sys
 import redis as redis_lib
 
 from tests.bench import bench_gather, bench_latency
+from tests.bench.extraction_dataset import CASES
 from tests.conftest import ROOT
 
 # The small runs' own Redis database (the suite's is TEST_REDIS_DB, the full-size benchmarks' is 15).
@@ -123,3 +124,16 @@ def test_conversation_benchmark_runs_small(empty_database_url):
     p50, p95 = _figures(out, "memory_search via MCP", r"\d+\.\d")[-2:]
     assert 0 < p50 <= p95, out
     assert redis_lib.Redis.from_url(SMALL_BENCH_REDIS_URL).dbsize() == 0
+
+
+def test_extraction_benchmark_runs_small():
+    out = _run("bench_extraction.py", "--split", "dev", "--forms", "dialogue,smalltalk,rule")
+    assert "reference (machine speed)" in out
+    [row] = [line for line in out.splitlines() if line.startswith("heuristic")]
+    cells = row.split()
+    assert cells[:3] == ["heuristic", "dev", str(sum(1 for c in CASES if c.split == "dev"
+                                                     and c.form in ("dialogue", "smalltalk", "rule")))]
+    precision, recall = float(cells[3]), float(cells[4])
+    assert 0.5 <= precision <= 1 and 0.3 <= recall <= 1  # sane, not a target (the full run is in BENCHMARKS.md)
+    out = _run("bench_extraction.py", "--realmem", "--personas", "6", "--sessions", "20", "--sample", "3")
+    assert "RealMem coverage" in out and re.search(r"^6\s+20\s+\d+", out, re.MULTILINE)
