@@ -294,8 +294,14 @@ def _known_like(conn: Connection, *, batch: Batch, kind: str, write: Any, vector
 
 def _confirm_known(conn: Connection, *, batch: Batch, kind: str, known: RowMapping, sources: Sequence[uuid.UUID],
                    ctx: RunContext, links: list[dict[str, Any]]) -> Counter[str]:
-    writes.confirm(conn, tenant_id=batch.tenant_id, kind=kind, entity_id=known["id"], visibility=ALL,
-                   actor=ctx.actor, now=ctx.now)
+    """Confirm the known memory a new one restates (skipped, as in :func:`_feedback`, if it cannot be)."""
+    try:
+        with conn.begin_nested():
+            writes.confirm(conn, tenant_id=batch.tenant_id, kind=kind, entity_id=known["id"], visibility=ALL,
+                           actor=ctx.actor, now=ctx.now)
+    except ButlerError as exc:
+        log.info("confirmation skipped", extra={"kind": kind, "id": str(known["id"]), "error": exc.message})
+        return Counter({"confirmations_skipped": 1})
     links += [_link(batch, ctx, "episode", e, kind, known["id"], "supports") for e in sources]
     return Counter({"confirmed": 1, f"{kind}s_matched": 1})
 
