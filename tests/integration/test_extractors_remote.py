@@ -115,6 +115,7 @@ def chat_server() -> Iterator[SimpleNamespace]:
                 "ok": lambda: json.dumps(_model_answer(prompt)),
                 "slow": lambda: json.dumps(_model_answer(prompt)),
                 "not-json": lambda: "Sure! The user is allergic to peanuts.",
+                "recorded": lambda: state.recorded,
                 "unknown-id": lambda: json.dumps({"facts": [{
                     "subject": "user", "predicate": "name", "content": "User's name is Ann", "permanence": "permanent",
                     "importance": 8, "scope": "global", "source_episode_ids": ["not-an-episode-of-this-batch"],
@@ -174,6 +175,41 @@ def test_openai_extractor_round_trips_a_batch_through_a_chat_completions_server(
     slots = {(f.predicate, f.supersedes_fact_id) for f in extraction.facts}
     assert ("allergic_to_peanuts", None) in slots and ("lives_in", KNOWN_FACT) in slots
     assert [r.content for r in extraction.rules] == ["Never call after 9pm"]
+
+
+CONTRACT = json.loads((FAKE_CMD.parent / "extractor_contract.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", CONTRACT, ids=[f"{n:02d}-{c['episode'][:24]}" for n, c in enumerate(CONTRACT)])
+def test_openai_extractor_meets_recorded_answers(chat_server, case):
+    # given an episode (and a known fact) and the answer a good model gave to its prompt, replayed by the server
+    at = datetime(2025, 3, 1, 9, 30, tzinfo=timezone.utc)
+    known = [KnownFact(id=KNOWN_FACT, subject=case["known"][0], predicate=case["known"][1], content=case["known"][2],
+                       permanence=case["known"][3], scope=case["butler"])] if "known" in case else []
+    request = ExtractionRequest(tenant_id="default", butler=case["butler"], facts=known, episodes=[
+        EpisodeIn(id=E1, seq=1, butler=case["butler"], created_at=at, importance=5, content=case["episode"])])
+    ids = {"E": E1, "K": KNOWN_FACT}
+    text = case.get("raw") or json.dumps(case["answer"])
+    chat_server.mode = "recorded"
+    chat_server.recorded = re.sub(r'"([EK])"', lambda m: json.dumps(ids[m.group(1)]), text)
+    expect = case["expect"]
+    # when the openai extractor asks
+    if case.get("bad"):
+        with pytest.raises(ExtractionError) as raised:
+            _openai(chat_server).extract(request)
+        # a classified error naming the field, retried with backoff then dead-lettered by the worker
+        assert raised.value.field == expect["error_field"] and raised.value.retryable is True
+        return
+    got = _openai(chat_server).extract(request)
+    # then the prompt named the episode, and the gate made of the answer exactly the expected memories
+    assert case["episode"].split()[0] in chat_server.requests[-1]["body"]["messages"][1]["content"]
+    assert [[f.subject, f.predicate, f.content, f.permanence] for f in got.facts] == expect.get("facts", [])
+    assert [r.content for r in got.rules] == expect.get("rules", [])
+    assert [f.supersedes_fact_id for f in got.facts if f.supersedes_fact_id] == [ids[k] for k in expect.get("supersedes", [])]
+    assert [c.fact_id for c in got.confirmations] == [ids[k] for k in expect.get("confirmations", [])]
+    assert [c.fact_id for c in got.contradictions] == [ids[k] for k in expect.get("contradictions", [])]
+    assert [r.supporting_fact_refs for r in got.rules if r.supporting_fact_refs] == expect.get("supporting", [])
+    assert all(e == E1 for f in got.facts for e in f.source_episode_ids)
 
 
 def test_openai_extractor_reports_a_server_error_with_its_status(chat_server):
