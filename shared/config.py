@@ -194,6 +194,12 @@ class ConsolidationSettings(_Section):
     openai_model: str = "gpt-4o-mini"
     openai_api_key: str = ""
     openai_timeout_seconds: float = Field(120, gt=0)
+    # How the answer's JSON schema is asked for: "json_schema" (OpenAI, vLLM, Ollama >= 0.5, llama.cpp's
+    # llama-server) or "json_object" with the schema beside it (llama-cpp-python's server, which refuses the first).
+    openai_response_format: Literal["json_schema", "json_object"] = "json_schema"
+    # An answer longer than this is cut off and refused (finish_reason=length), so a model that runs away costs a
+    # bounded time (a 1.5B local model once generated for 500 s).
+    openai_max_tokens: int = Field(4096, ge=256, le=65536)
     command: list[str] = []
     command_timeout_seconds: float = Field(300, gt=0)
     # A new fact or rule that says what a known one says (MiniLM cosine at least this, and the same numbers,

@@ -29,6 +29,8 @@ class OpenAIExtractor:
         self._model = settings.openai_model
         self._secret = settings.openai_api_key
         self._timeout = settings.openai_timeout_seconds
+        self._format = settings.openai_response_format
+        self._max_tokens = settings.openai_max_tokens
         headers = {"Authorization": f"Bearer {self._secret}"} if self._secret else {}
         # One client (and connection pool) per process, not per batch.
         self._client = httpx.Client(timeout=self._timeout, headers=headers, transport=transport)
@@ -38,6 +40,7 @@ class OpenAIExtractor:
         body = {
             "model": self._model,
             "temperature": 0,
+            "max_tokens": self._max_tokens,
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": build_prompt(request)},
@@ -45,7 +48,7 @@ class OpenAIExtractor:
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {"name": "extraction", "schema": EXTRACTION_JSON_SCHEMA, "strict": True},
-            },
+            } if self._format == "json_schema" else {"type": "json_object", "schema": EXTRACTION_JSON_SCHEMA},
         }
         try:
             response = self._client.post(self._url, json=body)

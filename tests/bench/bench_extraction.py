@@ -297,7 +297,7 @@ def extractors(args: argparse.Namespace) -> list[tuple[str, object]]:
             continue
         settings = ConsolidationSettings(extractor=name, openai_base_url=args.base_url or "http://127.0.0.1:1/v1",
                                          openai_model=args.model, openai_api_key=args.api_key,
-                                         openai_timeout_seconds=args.timeout)
+                                         openai_timeout_seconds=args.timeout, openai_response_format=args.response_format)
         out.append((name, build_extractor(settings)))
     return out
 
@@ -311,6 +311,8 @@ def main() -> int:
     parser.add_argument("--model", default="local")
     parser.add_argument("--api-key", default="")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--response-format", choices=("json_schema", "json_object"), default="json_schema",
+                        help="json_object for llama-cpp-python's server (deploy/local-llm.sh)")
     parser.add_argument("--batch", type=int, default=1,
                         help="cases sent as one request (several episodes per model call); scored case by case")
     parser.add_argument("--forms", help="comma-separated forms to keep (e.g. rule,dialogue)")
