@@ -50,6 +50,9 @@ class CommandExtractor:
                 _kill_group(proc)
                 proc.communicate()
                 raise ExtractionError(f"{self._label}: no answer within {self._timeout:g}s; killed") from None
+            except BaseException:  # e.g. the task's soft time limit: never leave the command running
+                _kill_group(proc)
+                raise
         if proc.returncode != 0:
             raise ExtractionError(f"{self._label}: exited with status {proc.returncode}: {stderr[-500:].strip()}")
         return stdout

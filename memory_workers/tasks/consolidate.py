@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 MAX_BATCHES_PER_TASK = 20
 # Share of the soft time limit a run spends before it stops taking batches (and isolating failed ones).
 BUDGET_SHARE = 0.6
+TIMED_OUT = "SoftTimeLimitExceeded: the consolidation ran past the task's soft time limit (a hanging extractor?)"
 
 
 def _utcnow() -> datetime:
@@ -107,7 +108,27 @@ class _Runner:
     deadline: float
 
     def run_batch(self, batch: Batch) -> dict[str, Any]:
-        """Extract and apply the whole batch; if anything fails, extract its episodes one at a time."""
+        """Extract and apply the whole batch; if anything fails, extract its episodes one at a time.
+
+        A run stopped by the task's soft time limit (a hanging extractor) still counts as an attempt of the
+        batch's episodes, so they back off and end in dead_letter instead of looping forever."""
+        try:
+            return self._run_batch(batch)
+        except SoftTimeLimitExceeded:
+            self._count_timeout(batch)
+            raise
+
+    def _count_timeout(self, batch: Batch) -> None:
+        failures = [Failure(e.id, TIMED_OUT) for e in batch.active]
+        try:
+            self._apply(batch, [], failures, isolate=True)
+        except StaleBatch:
+            pass
+        except Exception:  # noqa: BLE001 - the time limit is what the caller must see; this is best effort
+            log.warning("could not record the timed-out attempt", exc_info=True,
+                        extra={"tenant_id": batch.tenant_id, "butler": batch.butler})
+
+    def _run_batch(self, batch: Batch) -> dict[str, Any]:
         active = batch.active
         try:
             plans = [self._plan(batch, active, group="batch")] if active else []

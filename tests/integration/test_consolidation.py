@@ -363,6 +363,27 @@ def test_a_write_the_database_refuses_fails_only_its_episode(engine, settings, e
         ("fine one",), ("fine two",)]
 
 
+def test_a_run_stopped_by_the_soft_time_limit_still_counts_an_attempt(engine, settings, embedder):
+    # given an extractor that hangs until Celery's soft time limit interrupts it (issue 16, item 11)
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    class Hanging:
+        name = "hanging"
+
+        def extract(self, request: ExtractionRequest) -> Extraction:
+            raise SoftTimeLimitExceeded()
+
+    t = new_tenant(engine)
+    ids = store_episodes(engine, settings, embedder, t, ["I live in Oslo.", "Never call after 9pm."])
+    # when the run is interrupted, again and again
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        with pytest.raises(SoftTimeLimitExceeded):
+            consolidate(engine, settings, embedder, t, extractor=Hanging(), now=NOW + timedelta(days=attempt))
+        # then every interruption is an attempt: the episodes back off, and end dead-lettered instead of looping
+        expected = "dead_letter" if attempt == MAX_ATTEMPTS else "failed"
+        assert statuses(engine, ids) == [(expected, attempt)] * 2
+
+
 def test_a_key_held_by_another_consolidation_is_left_alone(engine, settings, embedder):
     t = new_tenant(engine)
     ids = store_episodes(engine, settings, embedder, t, ["My name is Ana."])

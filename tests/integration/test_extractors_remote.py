@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -297,6 +298,31 @@ def test_command_extractor_kills_a_hung_command_and_its_children(tmp_path):
     pidfile = tmp_path / "child.pid"
     with pytest.raises(ExtractionError, match="no answer within 3s; killed"):
         _command("hang", str(pidfile), timeout=3).extract(_request())
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def test_command_extractor_kills_its_command_when_interrupted(tmp_path):
+    # given a hung command interrupted from outside (as Celery's soft time limit does, by a signal)
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    pidfile = tmp_path / "child.pid"
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.5)
+    try:
+        with pytest.raises(Interrupted):
+            _command("hang", str(pidfile), timeout=60).extract(_request())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    # then the command and its children are gone, not left running for the 60 s of its own timeout
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 10
     while _alive(child) and time.monotonic() < deadline:
