@@ -6,7 +6,9 @@ Loads the corpus (tests/bench/corpus.py), starts `memory-butler serve` on a free
 - raw: the candidate SQL alone (semantic + keyword, facts and rules) for the same questions, in-process;
 - reads: C concurrent MCP clients (one session each, one tenant token each) calling memory_context, then
   memory_search, back to back for S seconds each;
-- accepts: C clients calling memory_store_episode, then memory_ingest_batch (50 episodes per call).
+- accepts: C clients calling memory_store_episode, then memory_ingest_batch (50 episodes per call);
+- front CPU per call: one client calling each tool back to back for S/3 seconds, the front process's CPU time
+  (every thread: HTTP, MCP, embedding, driver) divided by the calls - what a call costs the front's cores.
 No worker runs, so accepted writes stay in the intake: this measures the front alone. Its Redis database
 (--redis-url, default 15 or BENCH_REDIS_URL) is flushed before and after, so the messages it queues do not
 outlive it.
@@ -29,6 +31,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -38,7 +41,7 @@ from shared.candidates import Filter  # noqa: E402
 from shared import candidates  # noqa: E402
 from shared.embedding import get_embedder, to_pgvector  # noqa: E402
 from shared.tenancy import create_token  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line  # noqa: E402
 from tests.bench.corpus import corpus_tenants, questions  # noqa: E402
 
 
@@ -92,10 +95,8 @@ async def read_loop(url: str, token: str, tool: str, qs: list[str], seconds: flo
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             q = rng.choice(qs)
-            args = ({"trigger_prompt": q, "butler": "health", "token_budget": 3000} if tool == "memory_context"
-                    else {"query": q, "limit": 20})
             t0 = time.perf_counter()
-            await call_tool(session, tool, args, timeout_s=30)
+            await call_tool(session, tool, _args(tool, q), timeout_s=30)
             out.append(time.perf_counter() - t0)
 
 
@@ -110,6 +111,35 @@ async def accept_loop(url: str, token: str, batch: int, calls: int, out: list[fl
             else:
                 await call_tool(session, "memory_store_episode", {"content": text, "butler": "health"}, timeout_s=30)
             out.append(time.perf_counter() - t0)
+
+
+CPU_TOOLS = ("memory_context", "memory_search", "memory_store_episode")
+
+
+def _args(tool: str, q: str) -> dict:
+    if tool == "memory_context":
+        return {"trigger_prompt": q, "butler": "health", "token_budget": 3000}
+    if tool == "memory_search":
+        return {"query": q, "limit": 20}
+    return {"content": f"{q} ({uuid.uuid4().hex[:8]})", "butler": "health"}
+
+
+async def cpu_per_call(url: str, token: str, front: psutil.Process, qs: list[str], seconds: float) -> dict[str, float]:
+    """Milliseconds of front CPU (user + system, all threads) per call, one client calling back to back."""
+    rng = random.Random(3)
+    out = {}
+    async with open_session(url, token, timeout_s=30) as session:
+        for tool in CPU_TOOLS:
+            for q in qs[:5]:  # warm: plans prepared, token counts cached
+                await call_tool(session, tool, _args(tool, q), timeout_s=30)
+            calls, before = 0, front.cpu_times()
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                await call_tool(session, tool, _args(tool, rng.choice(qs)), timeout_s=30)
+                calls += 1
+            after = front.cpu_times()
+            out[tool] = 1000 * ((after.user - before.user) + (after.system - before.system)) / calls
+    return out
 
 
 async def run_clients(factories) -> float:  # noqa: ANN001
@@ -141,6 +171,7 @@ def main() -> int:
         front = start_front(engine.url.render_as_string(hide_password=False), args.redis_url, port)
         url = f"http://127.0.0.1:{port}/mcp"
         try:
+            cpu = asyncio.run(cpu_per_call(url, tokens[0], psutil.Process(front.pid), qs, args.seconds / 3))
             results: dict[str, list[float]] = {}
             for tool in ("memory_context", "memory_search"):
                 results[tool] = []
@@ -153,7 +184,8 @@ def main() -> int:
         finally:
             os.killpg(front.pid, signal.SIGTERM)
             front.wait(timeout=30)
-    print(f"\n{args.facts} facts + {args.rules} rules, {args.tenants} tenants; {args.clients} concurrent MCP clients")
+    print(f"\n{reference_line()}")
+    print(f"{args.facts} facts + {args.rules} rules, {args.tenants} tenants; {args.clients} concurrent MCP clients")
     print(f"{'what':<44}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'rate/s':>9}")
     print(f"{'raw candidate SQL (gather, in-process)':<44}{pct(raw, 50):>9.1f}{pct(raw, 95):>9.1f}{pct(raw, 99):>9.1f}")
     for tool, values in results.items():
@@ -165,6 +197,8 @@ def main() -> int:
     print(f"{'memory_ingest_batch(50) call via MCP':<44}{pct(batched, 50):>9.1f}{pct(batched, 95):>9.1f}"
           f"{pct(batched, 99):>9.1f}{50 * len(batched) / batch_s:>9.0f}")
     print(f"{'  … per episode':<44}{pct(per_episode, 50):>9.2f}{pct(per_episode, 95):>9.2f}{pct(per_episode, 99):>9.2f}")
+    print("front CPU per call (one client, back to back): "
+          + ", ".join(f"{tool} {ms:.2f} ms" for tool, ms in cpu.items()))
     return 0
 
 
