@@ -180,7 +180,9 @@ def _statement(shapes: tuple[tuple[str, str, bool, bool], ...], *, semantic: boo
         if scoped:
             # The caller's rows, read once: their distance (small scopes), their terms and their length.
             cols = ["x.id", "x.ctid AS tid", "x.created_at"]
-            cols += ["x.search_vector", f"{_CONTEXT[kind]} AS context_vector", _LENGTH] if keyword else []
+            # (An episode's terms are read from its postings, not its tsvectors.)
+            cols += ([_LENGTH] if kind == "episode" else ["x.search_vector", f"{_CONTEXT[kind]} AS context_vector",
+                                                          _LENGTH]) if keyword else []
             # Every embedding is L2-normalised, so cosine distance is 1 - inner product; the inner product skips
             # the two norms (measured: 0.75 -> 0.38 ms per 700 rows). The HNSW path keeps <=>, its index's operator.
             cols += ["1 + (x.embedding <#> CAST(:vec AS vector)) AS d"] if exact else []
@@ -239,6 +241,12 @@ def _nearest(kind: str, table: str, where: str, exact: bool) -> str:
             "GROUP BY id, tid ORDER BY d LIMIT :pool) n")
 
 
+# A query lexeme's idf over the caller's N visible rows, its document frequency counted from tf_{kind}.
+_IDF = """
+    SELECT l.lexeme, ln(1 + (greatest({n}, coalesce(d.n, 0)) - coalesce(d.n, 0) + 0.5) / (coalesce(d.n, 0) + 0.5)) AS w
+    FROM lex l LEFT JOIN (SELECT lexeme, count(*)::float8 AS n FROM tf_{kind} GROUP BY lexeme) d USING (lexeme)"""
+
+
 def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool) -> str:
     """CTEs ending in ``bm_{kind}(id, bm25)`` (every row holding a query term) and ``key_{kind}(id, tid)`` (the
     ``pool`` best): Okapi BM25 with idf over the caller's visible rows, stemmed lexemes (the ``english``
@@ -247,6 +255,8 @@ def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool) -> str:
     A term's frequency is read from the row's positions of the query's lexemes only (``setweight`` marks them,
     ``ts_filter`` keeps them: measured 10 ms vs 27 ms for unnesting whole vectors at 1.4k rows); in an episode's
     preceding turn it counts ``ctx_weight`` times."""
+    if scoped and kind == "episode":
+        return _episode_postings_ctes()
     if scoped:
         cand = (f"cand_{kind} AS MATERIALIZED (SELECT s.id, s.tid, s.created_at, s.search_vector, s.context_vector, "
                 f"s.dl FROM scoped_{kind} s, q WHERE q.tsq IS NOT NULL "
@@ -267,15 +277,30 @@ tf_{kind} AS MATERIALIZED (
         UNION ALL
         SELECT t.lexeme, :ctx_weight * cardinality(t.positions) FROM unnest(ts_filter(setweight(c.context_vector, 'A', la.a), '{{a}}')) t
     ) u GROUP BY c.id, u.lexeme),
-idf_{kind} AS MATERIALIZED (
-    SELECT l.lexeme, ln(1 + (greatest({n}, coalesce(d.n, 0)) - coalesce(d.n, 0) + 0.5) / (coalesce(d.n, 0) + 0.5)) AS w
-    FROM lex l LEFT JOIN (SELECT lexeme, count(*)::float8 AS n FROM tf_{kind} GROUP BY lexeme) d USING (lexeme)),
+idf_{kind} AS MATERIALIZED ({_IDF.format(kind=kind, n=n)}),
 bm_{kind} AS MATERIALIZED (
     SELECT t.id, c.tid, c.created_at,
            sum(i.w * t.tf * (:k1 + 1) / (t.tf + :k1 * (1 - :b + :b * c.dl / {avgdl}))) AS bm25
     FROM tf_{kind} t JOIN idf_{kind} i USING (lexeme) JOIN cand_{kind} c ON c.id = t.id
     GROUP BY t.id, c.tid, c.created_at),
 key_{kind} AS (SELECT id, tid FROM bm_{kind} ORDER BY bm25 DESC, created_at DESC, id ASC LIMIT :pool)"""
+
+
+def _episode_postings_ctes() -> str:
+    """The keyword leg of :func:`_keyword_ctes` for the caller's episodes, from their term postings
+    (``episode_terms``, kept by the database): an index lookup per query lexeme instead of reading every matching
+    row's tsvectors (measured on a 1,800-turn tenant: ~65 % of the turns hold one of a long query's lexemes)."""
+    return f"""tf_episode AS MATERIALIZED (
+    SELECT t.episode_id AS id, t.lexeme, t.tf + :ctx_weight * t.ctf AS tf
+    FROM lex l JOIN episode_terms t ON t.tenant_id = :tenant_id AND t.lexeme = l.lexeme
+    JOIN scoped_episode s ON s.id = t.episode_id),
+idf_episode AS MATERIALIZED ({_IDF.format(kind="episode", n="(SELECT count(*)::float8 FROM scoped_episode)")}),
+bm_episode AS MATERIALIZED (
+    SELECT t.id, s.tid, s.created_at, sum(i.w * t.tf * (:k1 + 1) / (t.tf + :k1 * (1 - :b + :b * s.dl /
+           (SELECT avg(dl) FROM scoped_episode)))) AS bm25
+    FROM tf_episode t JOIN idf_episode i USING (lexeme) JOIN scoped_episode s ON s.id = t.id
+    GROUP BY t.id, s.tid, s.created_at),
+key_episode AS (SELECT id, tid FROM bm_episode ORDER BY bm25 DESC, created_at DESC, id ASC LIMIT :pool)"""
 
 
 def _visible_rows(conn: Connection, *, kind: str, f: Filter, limit: int) -> tuple[int, float]:

@@ -124,6 +124,16 @@ episode_vectors = Table(
     Column("embedding", Vector(EMBEDDING_DIM), nullable=False),
 )
 
+# An episode's term postings (keyword leg): written by the database's triggers on episodes, never by the code.
+episode_terms = Table(
+    "episode_terms", metadata,
+    Column("tenant_id", Text, primary_key=True),
+    Column("lexeme", Text, primary_key=True),
+    Column("episode_id", UUID(as_uuid=True), primary_key=True),
+    Column("tf", Float, nullable=False),
+    Column("ctf", Float, nullable=False),
+)
+
 facts = Table(
     "facts", metadata,
     Column("id", UUID(as_uuid=True), primary_key=True),

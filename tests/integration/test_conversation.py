@@ -155,3 +155,33 @@ def test_vectors_and_context_of_another_tenant_never_answer(engine, rt, reader):
         hits = reader.search(tenant_id=mine, visibility=Visibility(scopes=("global",), butlers=("general",)),
                              query="vault code safe room", types=["episode"], mode=mode, limit=10, min_confidence=None)
         assert all(h.content == "User: I like tea" for h in hits)
+
+
+def postings(engine: Any, tenant: str) -> dict[str, dict[str, tuple[float, float]]]:
+    """content -> {lexeme: (tf, ctf)} as episode_terms holds them."""
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT e.content, t.lexeme, t.tf, t.ctf FROM episode_terms t JOIN episodes e "
+                                 "ON e.id = t.episode_id WHERE t.tenant_id = :t"), {"t": tenant}).all()
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for content, lexeme, tf, ctf in rows:
+        out.setdefault(content, {})[lexeme] = (tf, ctf)
+    return out
+
+
+def test_term_postings_follow_the_turn_and_the_turn_before_it_also_when_it_arrives_late(engine, rt):
+    t, s = new_tenant(engine), uuid.uuid4()
+    store(engine, rt, t, [turn("User: kayaking, kayaking and more kayaking", s, 0), turn("User: on Sundays", s, 2)])
+    got = postings(engine, t)
+    assert got["User: kayaking, kayaking and more kayaking"]["kayak"] == (3.0, 0.0)
+    assert got["User: on Sundays"]["sunday"] == (1.0, 0.0)
+    assert got["User: on Sundays"]["kayak"] == (0.0, 3.0)  # from the turn before it
+
+    # a turn arrives between them: the later turn's context (and so its postings) changes
+    store(engine, rt, t, [turn("Assistant: Which lake?", s, 1)])
+    got = postings(engine, t)
+    assert "kayak" not in got["User: on Sundays"] and got["User: on Sundays"]["lake"] == (0.0, 1.0)
+    assert got["Assistant: Which lake?"]["kayak"] == (0.0, 3.0)
+
+    with unit_of_work(engine) as conn:  # a deleted episode takes its postings with it
+        conn.execute(text("DELETE FROM episodes WHERE tenant_id = :t AND content = 'User: on Sundays'"), {"t": t})
+    assert "User: on Sundays" not in postings(engine, t)

@@ -146,8 +146,11 @@ def test_models_mirror_the_migrated_schema(database_url):
 
 
 def test_migration_round_trip_on_an_empty_database(empty_database_url):
+    from alembic.script import ScriptDirectory
+
     db.migrate(empty_database_url)
-    assert db.current_revision(empty_database_url) == "0006"
+    head = ScriptDirectory.from_config(db.alembic_config(empty_database_url)).get_current_head()  # one head only
+    assert head is not None and db.current_revision(empty_database_url) == head
     db.downgrade(empty_database_url, "base")
     engine = create_engine(db.normalise_url(empty_database_url))
     assert "facts" not in inspect(engine).get_table_names()
