@@ -23,7 +23,10 @@ from sqlalchemy.exc import DBAPIError
 
 from shared.config import FactSettings, RuleSettings, Settings
 from shared.db import sqlstate
-from shared.lifecycle import ANTI_PATTERN_PREFIX, DEFAULT_HARM_REASON, check_transition
+from shared.lifecycle import (
+    ANTI_PATTERN_BODY_CHARS, ANTI_PATTERN_PREFIX, ANTI_PATTERN_REASONS_CHARS, DEFAULT_HARM_REASON, RULE_MAX_CHARS,
+    check_transition,
+)
 from shared.scoring import effective_confidence_sql
 
 log = logging.getLogger(__name__)
@@ -79,16 +82,23 @@ events AS (
     FROM changed RETURNING event_type)""" + TAIL
 
 # The SQL twin of shared.lifecycle.anti_pattern_content: strip, drop trailing dots, lower a capitalised
-# first word, join the trimmed harmful reasons with "; " (oldest first) or fall back to the default.
-_BODY = "rtrim(rtrim(btrim(f.content, E' \\t\\n\\r\\f\\v'), '.'), E' \\t\\n\\r\\f\\v')"
-ANTI_PATTERN_SQL = f"""CASE WHEN upper(btrim(f.content, E' \\t\\n\\r\\f\\v')) LIKE '{ANTI_PATTERN_PREFIX}%'
-    THEN btrim(f.content, E' \\t\\n\\r\\f\\v')
-    ELSE '{ANTI_PATTERN_PREFIX} Do NOT ' || (SELECT CASE
+# first word, cut to the body bound, then the newest trimmed harmful reasons that fit the reasons budget joined
+# with "; " (oldest first), or the default. Bounded like the Python function, so the result always fits the column.
+_WS = "E' \\t\\n\\r\\f\\v'"
+_BODY = f"rtrim(rtrim(btrim(f.content, {_WS}), '.'), {_WS})"
+_REASON = f"left(btrim(a.reason, {_WS}), {ANTI_PATTERN_REASONS_CHARS})"
+ANTI_PATTERN_SQL = f"""CASE WHEN upper(btrim(f.content, {_WS})) LIKE '{ANTI_PATTERN_PREFIX}%'
+    THEN left(btrim(f.content, {_WS}), {RULE_MAX_CHARS})
+    ELSE '{ANTI_PATTERN_PREFIX} Do NOT ' || (SELECT left(CASE
             WHEN length(b) >= 2 AND substr(b, 2, 1) <> upper(substr(b, 2, 1)) THEN lower(left(b, 1)) || substr(b, 2)
-            ELSE b END FROM (SELECT {_BODY} AS b) body)
+            ELSE b END, {ANTI_PATTERN_BODY_CHARS}) FROM (SELECT {_BODY} AS b) body)
         || '. This caused problems because: ' || coalesce((
-            SELECT string_agg(btrim(a.reason), '; ' ORDER BY a.occurred_at, a.id) FROM rule_applications a
-            WHERE a.rule_id = f.id AND a.outcome = 'harmful' AND btrim(a.reason) <> ''),
+            SELECT string_agg(r, '; ' ORDER BY occurred_at, id) FROM (
+                SELECT {_REASON} AS r, a.occurred_at, a.id,
+                       sum(length({_REASON}) + 2) OVER (ORDER BY a.occurred_at DESC, a.id DESC) AS used
+                FROM rule_applications a
+                WHERE a.rule_id = f.id AND a.outcome = 'harmful' AND btrim(a.reason, {_WS}) <> '') reasons
+            WHERE used <= {ANTI_PATTERN_REASONS_CHARS + 2}),
             '{DEFAULT_HARM_REASON}') END"""
 INVERTS = "(f.harmful_count >= :min_harmful AND f.effectiveness_score < :max_effectiveness " \
           "AND f.maturity <> 'anti_pattern')"
