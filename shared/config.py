@@ -217,6 +217,12 @@ class WorkerSettings(_Section):
     shard_count: int = Field(8, ge=1, le=1024)
     ingest_batch_size: int = Field(256, ge=1, le=4096)
     task_time_limit_seconds: int = Field(600, ge=10)
+    # A write intent that failed to apply is retried after an equal-jitter exponential backoff (on the database
+    # clock): base, 2x base, 4x base ... capped; its key's later intents wait behind it. With 5 attempts
+    # (consolidation.max_attempts) and these defaults a transient failure has ~40-75 s to clear before the
+    # intent is dead-lettered.
+    apply_backoff_base_seconds: float = Field(5.0, gt=0)
+    apply_backoff_max_seconds: float = Field(300.0, gt=0)
 
 
 class EmbeddingSettings(_Section):

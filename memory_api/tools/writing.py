@@ -19,7 +19,7 @@ from memory_api.tools.results import AcceptedItem, BatchAccepted, WriteAccepted
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
 from shared import intake
 from shared.db import unit_of_work
-from shared.errors import InvalidInput, Unavailable
+from shared.errors import IdempotencyConflict, InvalidInput, Unavailable
 from shared.intake import Accepted, WriteRequest
 from shared.schemas import EpisodeWrite, FactWrite, RuleWrite, check_occurred_at, parse
 
@@ -72,8 +72,8 @@ async def _store_one(call: Call, kind: str, write: BaseModel, butler: str, key: 
     request = WriteRequest(kind=kind, butler=butler, payload=write.model_dump(mode="json"), idempotency_key=key)
     (accepted,) = await _accept(call, [request], actor=butler)
     if accepted.kind != kind:
-        raise InvalidInput(f"idempotency_key: already used for a {accepted.kind} ({accepted.id})",
-                           field="idempotency_key")
+        raise IdempotencyConflict(f"idempotency_key: already used for a {accepted.kind} ({accepted.id})",
+                                  field="idempotency_key")
     return WriteAccepted(type=kind, id=str(accepted.id), butler=accepted.butler, idempotency_key=key,
                          replayed=accepted.replayed, request_id=call.request_id)
 
@@ -154,8 +154,8 @@ async def memory_ingest_batch(
     accepted = await _accept(call, requests, actor=call.principal.default_butler)
     for i, a in enumerate(accepted):
         if a.kind != "episode":
-            raise InvalidInput(f"episodes.{i}.idempotency_key: already used for a {a.kind}",
-                               field=f"episodes.{i}.idempotency_key")
+            raise IdempotencyConflict(f"episodes.{i}.idempotency_key: already used for a {a.kind}",
+                                      field=f"episodes.{i}.idempotency_key")
     items = [AcceptedItem(id=str(a.id), butler=a.butler, idempotency_key=a.idempotency_key, replayed=a.replayed)
              for a in accepted]
     return BatchAccepted(count=len(items), items=items, request_id=call.request_id)
