@@ -248,6 +248,17 @@ class ApiSettings(_Section):
     port: int = Field(8150, ge=1, le=65535)
     max_batch: int = Field(500, ge=1, le=10_000)
     max_content_chars: int = Field(20_000, ge=100)
+    # memory_context_batch's total work: at most this many blocks, this many tokens of budget summed over them,
+    # and this long in all (blocks not built by then come back empty and degraded, never late).
+    context_batch_max_requests: int = Field(64, ge=1, le=10_000)
+    context_batch_max_tokens: int = Field(200_000, ge=100)
+    context_batch_deadline_seconds: float = Field(15.0, gt=0)
+    # Per-token limits on tool calls, per front (0 = off, the embedded stack's default; compose turns them on):
+    # a token bucket of token_rate_per_second refilling up to token_burst calls, and at most
+    # token_max_concurrent calls in flight. Over a limit a call answers rate_limited (retryable).
+    token_rate_per_second: float = Field(0.0, ge=0)
+    token_burst: int = Field(0, ge=0)
+    token_max_concurrent: int = Field(0, ge=0)
 
 
 class Settings(BaseSettings):
