@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from shared.config import FactSettings, RuleSettings, Settings
 from shared.db import sqlstate
@@ -175,14 +176,14 @@ def exclusive(engine: Engine, name: str) -> Iterator[bool]:
 
 def in_transaction(engine: Engine, step: Callable[[Connection], T]) -> T:
     """``step(conn)`` in a transaction of its own, re-run (bounded) if PostgreSQL chose it as a deadlock victim."""
-    for attempt in range(1, DEADLOCK_RETRIES + 1):
-        try:
-            with engine.begin() as conn:
-                return step(conn)
-        except DBAPIError as exc:
-            if sqlstate(exc) != "40P01" or attempt == DEADLOCK_RETRIES:
-                raise
-            log.warning("sweep batch deadlocked; running it again", extra={"attempt": attempt})
+    retrying = Retrying(
+        retry=retry_if_exception(lambda exc: isinstance(exc, DBAPIError) and sqlstate(exc) == "40P01"),
+        stop=stop_after_attempt(DEADLOCK_RETRIES), reraise=True,
+        before_sleep=lambda state: log.warning("sweep batch deadlocked; running it again",
+                                               extra={"attempt": state.attempt_number}))
+    for attempt in retrying:
+        with attempt, engine.begin() as conn:
+            return step(conn)
     raise AssertionError("unreachable")
 
 

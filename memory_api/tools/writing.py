@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field, StringConstraints
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from memory_api.tools import access
 from memory_api.tools.params import (
@@ -43,14 +44,16 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
     engine = call.services.engine
 
     def work() -> list[Accepted]:
-        for attempt in (1, 2):
-            try:
-                with unit_of_work(engine) as conn:
+        # The second try finds the first writer's row (a replay, or a conflict); a third race is not worth waiting.
+        retrying = Retrying(retry=retry_if_exception_type(intake.ConcurrentReplay), stop=stop_after_attempt(2),
+                            reraise=True)
+        try:
+            for attempt in retrying:
+                with attempt, unit_of_work(engine) as conn:
                     return intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
                                          request_id=call.request_id, now=utcnow())
-            except intake.ConcurrentReplay:
-                if attempt == 2:  # the second try finds the first writer's row; a third race is not worth waiting
-                    raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None
+        except intake.ConcurrentReplay:
+            raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None
         raise AssertionError("unreachable")
 
     accepted = await call.write(work)
