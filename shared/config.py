@@ -259,6 +259,9 @@ class ApiSettings(_Section):
     token_rate_per_second: float = Field(0.0, ge=0)
     token_burst: int = Field(0, ge=0)
     token_max_concurrent: int = Field(0, ge=0)
+    # A feedback call's idempotency_key (memory_confirm, memory_mark_*) is remembered this long: a retry after that
+    # counts again. Writes' keys live as long as their intents.
+    feedback_key_retention_days: float = Field(7.0, gt=0)
 
 
 class Settings(BaseSettings):

@@ -22,6 +22,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
+from shared import receipts
 from shared.config import FactSettings, RuleSettings, Settings
 from shared.db import sqlstate
 from shared.lifecycle import (
@@ -295,8 +296,11 @@ def episode_cleanup(engine: Engine, *, now: datetime, settings: Settings, batch:
         with engine.begin() as conn:
             runs = conn.execute(text("DELETE FROM maintenance_runs WHERE started_at < CAST(:before AS timestamptz)"),
                                 {"before": now - timedelta(days=settings.schedule.runs_retention_days)}).rowcount
+            kept_for = timedelta(days=settings.api.feedback_key_retention_days)
+            feedback_keys = receipts.prune(conn, before=now - kept_for)
         result = {"expired_deleted": expired, "capacity_deleted": evicted, "batches": b1 + b2,
-                  "maintenance_runs_deleted": runs, "seconds": round(time.monotonic() - started, 3)}
+                  "maintenance_runs_deleted": runs, "feedback_receipts_deleted": feedback_keys,
+                  "seconds": round(time.monotonic() - started, 3)}
         log.info("episode_cleanup done", extra=result)
         return result
 

@@ -10,9 +10,10 @@ import hashlib
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from shared.errors import IdempotencyConflict
@@ -75,3 +76,8 @@ def record(conn: Connection, *, receipt: Receipt, result: dict[str, Any]) -> Non
 def _jsonable(value: Any) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
+
+
+def prune(conn: Connection, *, before: datetime) -> int:
+    """Forget the receipts made before ``before`` (a retry comes within minutes, not days). Returns rows deleted."""
+    return conn.execute(delete(feedback_receipts).where(feedback_receipts.c.created_at < before)).rowcount

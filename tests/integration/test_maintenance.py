@@ -366,3 +366,21 @@ def test_a_scheduled_task_runs_once_per_tick_and_records_its_outcome(engine):
         rows = dict(c.execute(text("SELECT tick, summary FROM maintenance_runs WHERE task = 'memory.test_task' "
                                    "AND tick LIKE :t"), {"t": tick + "%"}).all())
     assert rows == {tick: {"done": 1}, tick + "-2": {"error": "RuntimeError: disk full"}}
+
+
+def test_cleanup_forgets_feedback_keys_after_their_retention(engine):
+    # given two feedback receipts, one older than the 7-day retention
+    with engine.begin() as conn:
+        tenant = _tenant(conn)
+        for key, age in (("old", 8), ("fresh", 1)):
+            conn.execute(text(
+                "INSERT INTO feedback_receipts (tenant_id, butler, idempotency_key, tool, entity_id, payload_hash, "
+                "created_at) VALUES (:t, 'health', :k, 'memory_confirm', :e, :h, :at)"),
+                {"t": tenant, "k": key, "e": uuid.uuid4(), "h": "0" * 64, "at": NOW - timedelta(days=age)})
+    # when the cleanup runs
+    result = maintenance.episode_cleanup(engine, now=NOW, settings=load_settings())
+    # then the old key is forgotten and the fresh one kept
+    with engine.connect() as conn:
+        kept = conn.execute(text("SELECT idempotency_key FROM feedback_receipts WHERE tenant_id = :t"),
+                            {"t": tenant}).scalars().all()
+    assert kept == ["fresh"] and result["feedback_receipts_deleted"] >= 1
