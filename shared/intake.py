@@ -33,6 +33,7 @@ class WriteRequest:
     butler: str                  # the shard key's butler
     payload: dict[str, Any]      # the validated write model, as JSON
     idempotency_key: str | None
+    key_field: str = "idempotency_key"  # how the caller named the key (e.g. episodes.3.idempotency_key)
 
 
 @dataclass(frozen=True)
@@ -112,10 +113,10 @@ def _existing(conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest
 
 
 def _conflict(index: int, writes: Sequence[WriteRequest], used_by: str) -> IdempotencyConflict:
-    field = f"episodes.{index}.idempotency_key" if len(writes) > 1 else "idempotency_key"
+    write = writes[index]
     return IdempotencyConflict(
-        f"{field}: {writes[index].idempotency_key!r} was already used for a different write ({used_by}); "
-        "a retry must send the same arguments, a new write needs a new key", field=field)
+        f"{write.key_field}: {write.idempotency_key!r} was already used for a different write ({used_by}); "
+        "a retry must send the same arguments, a new write needs a new key", field=write.key_field)
 
 
 def _assign(

@@ -174,4 +174,4 @@ def _episode_request(call: Call, index: int, item: EpisodeItem) -> WriteRequest:
     except InvalidInput as exc:
         raise InvalidInput(f"episodes.{index}.{exc.message}", field=f"episodes.{index}.{exc.field}") from None
     return WriteRequest(kind="episode", butler=item.butler, payload=write.model_dump(mode="json"),
-                        idempotency_key=item.idempotency_key)
+                        idempotency_key=item.idempotency_key, key_field=f"episodes.{index}.idempotency_key")

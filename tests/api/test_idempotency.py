@@ -88,3 +88,7 @@ def test_batch_conflicts_are_refused_whole(worker, health: Butler, engine: Engin
         {"content": "first", "butler": "health", "idempotency_key": "b-1"}])
     assert out["items"][0]["id"] == out["items"][1]["id"] and out["items"][1]["replayed"] is True
     assert count_rows(engine, "write_intents", tenant_a) == 1
+    # a one-item batch names the item too
+    err = health.error("memory_ingest_batch",
+                       episodes=[{"content": "other", "butler": "health", "idempotency_key": "b-1"}])
+    assert err["error"] == "idempotency_conflict" and err["field"] == "episodes.0.idempotency_key"
