@@ -11,7 +11,8 @@ from tests.api.conftest import Butler, Front, applied, count_rows, new_token
 def _intents(engine: Engine, tenant_id: str) -> list[tuple[str, str, str]]:
     with engine.connect() as conn:
         return [tuple(r) for r in conn.execute(text(
-            "SELECT butler, idempotency_key, payload_hash FROM write_intents WHERE tenant_id = :t ORDER BY seq, butler"),
+            "SELECT butler, idempotency_key, payload_hash FROM write_intents WHERE tenant_id = :t "
+            "ORDER BY seq, butler"),
             {"t": tenant_id})]
 
 

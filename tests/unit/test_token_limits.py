@@ -37,7 +37,8 @@ def test_a_token_bucket_admits_its_burst_then_its_rate() -> None:
         limits.leave(me)
     with pytest.raises(RateLimited) as refused:
         limits.enter(me)
-    assert refused.value.retryable and refused.value.code == "rate_limited" and "retry in 0.50s" in refused.value.message
+    assert refused.value.retryable and refused.value.code == "rate_limited"
+    assert "retry in 0.50s" in refused.value.message
     limits.enter(other)  # another token has a bucket of its own
     clock.now += 0.5     # one call's worth refilled
     limits.enter(me)
