@@ -4,8 +4,11 @@ same tools over stdio.
 
 Auth: ``Authorization: Bearer mb_...``. A resolved token is cached in-process for ``token_ttl`` seconds (30 by
 default) so calls do not hit the database for it; a revoked token therefore keeps working on a front for at
-most that long. Unknown tokens are cached for a few seconds too, so a flood of bad tokens cannot load the
-database. /healthz is open; /metrics needs an admin token (its tenant's gauges) or an operator token (the fleet's).
+most that long. A token that is not well formed (``mb_`` + 43 url-safe characters) is refused before any
+database work; unknown well-formed ones are looked up on a few threads of their own (never the tools') and
+cached for a few seconds apart from the valid ones, so a flood of bad tokens can neither load the database nor
+flush the valid entries. Tool calls may be limited per token (api.token_*: rate_limited, retryable).
+/healthz is open; /metrics needs an admin token (its tenant's gauges) or an operator token (the fleet's).
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ from shared import stats as shared_stats
 from shared.config import ConfigError, Settings
 from shared.db import unit_of_work
 from shared.errors import Unavailable
-from shared.tenancy import ALL_BUTLERS, Principal, hash_token, resolve_token
+from shared.tenancy import ALL_BUTLERS, Principal, hash_token, resolve_token, well_formed
 
 log = logging.getLogger("memory_butler.api")
 
 TOKEN_TTL_S = 30.0
 NEGATIVE_TTL_S = 5.0
 MAX_CACHED_TOKENS = 10_000
+MAX_NEGATIVE_TOKENS = 10_000
 AUTH_DEADLINE_S = 3.0
 HEALTH_DEADLINE_S = 2.0
 OPEN_PATHS = frozenset({"/healthz"})
@@ -63,25 +67,51 @@ def build_server(services: Services) -> MCPServer:
 
 
 class TokenCache:
-    """token hash → (Principal or None, expiry). Touched only from the event loop, so it needs no lock."""
+    """token hash → (Principal or None, expiry). Touched only from the event loop, so it needs no lock.
 
-    def __init__(self, *, ttl: float = TOKEN_TTL_S, negative_ttl: float = NEGATIVE_TTL_S) -> None:
+    Known and unknown tokens are kept apart, each bounded: a flood of junk tokens evicts junk (expired first,
+    then the oldest half), never the valid entries that spare the database a look-up per call.
+    """
+
+    def __init__(self, *, ttl: float = TOKEN_TTL_S, negative_ttl: float = NEGATIVE_TTL_S,
+                 max_entries: int = MAX_CACHED_TOKENS, max_negative: int = MAX_NEGATIVE_TOKENS) -> None:
         self.ttl, self.negative_ttl = ttl, negative_ttl
-        self._entries: dict[str, tuple[Principal | None, float]] = {}
+        self.max_entries, self.max_negative = max_entries, max_negative
+        self._valid: dict[str, tuple[Principal, float]] = {}
+        self._invalid: dict[str, float] = {}
 
     def get(self, key: str) -> tuple[bool, Principal | None]:
-        entry = self._entries.get(key)
-        if entry is None or entry[1] <= time.monotonic():
-            return False, None
-        return True, entry[0]
+        now = time.monotonic()
+        entry = self._valid.get(key)
+        if entry is not None and entry[1] > now:
+            return True, entry[0]
+        expiry = self._invalid.get(key)
+        if expiry is not None and expiry > now:
+            return True, None
+        return False, None
 
     def put(self, key: str, principal: Principal | None) -> None:
         now = time.monotonic()
-        if len(self._entries) >= MAX_CACHED_TOKENS:
-            self._entries = {k: v for k, v in self._entries.items() if v[1] > now}
-            if len(self._entries) >= MAX_CACHED_TOKENS:
-                self._entries.clear()
-        self._entries[key] = (principal, now + (self.ttl if principal else self.negative_ttl))
+        if principal is not None:
+            self._invalid.pop(key, None)
+            self._valid = _bounded(self._valid, self.max_entries, now, lambda v: v[1])
+            self._valid[key] = (principal, now + self.ttl)
+        else:
+            self._invalid = _bounded(self._invalid, self.max_negative, now, lambda v: v)
+            self._invalid[key] = now + self.negative_ttl
+
+    def __len__(self) -> int:
+        return len(self._valid) + len(self._invalid)
+
+
+def _bounded(entries: dict[str, Any], cap: int, now: float, expiry: Callable[[Any], float]) -> dict[str, Any]:
+    """Room for one more: drop the expired entries, and if that is not enough the oldest half (insertion order)."""
+    if len(entries) < cap:
+        return entries
+    live = {k: v for k, v in entries.items() if expiry(v) > now}
+    if len(live) >= cap:
+        live = dict(list(live.items())[len(live) // 2:])
+    return live
 
 
 class BearerAuth:
@@ -115,6 +145,8 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
     async def principal(self, token: str) -> Principal | None:
+        if not well_formed(token):  # not one of ours: no database work, nothing cached
+            return None
         key = hash_token(token)
         hit, principal = self.cache.get(key)
         if hit:
@@ -125,7 +157,8 @@ class BearerAuth:
             with unit_of_work(engine) as conn:
                 return resolve_token(conn, token=token)
 
-        principal = await self.services.in_thread(resolve, deadline=AUTH_DEADLINE_S)
+        principal = await self.services.in_thread(resolve, deadline=AUTH_DEADLINE_S,
+                                                  limiter=self.services.auth_limiter)
         self.cache.put(key, principal)
         return principal
 

@@ -46,28 +46,32 @@ def connect(settings: Settings) -> Connection:
 
 
 def publish(task_name: str, tenant_id: str, butler: str, *, settings: Settings | None = None,
-            connection: Connection | None = None) -> None:
-    """Send ``task_name`` for one shard key to its shard queue, once, or raise Unavailable."""
+            connection: Connection | None = None, countdown: float | None = None) -> None:
+    """Send ``task_name`` for one shard key to its shard queue, once (run no sooner than ``countdown`` seconds
+    from now, if given), or raise Unavailable."""
     settings = settings or current_settings()
     queue = queue_for(tenant_id, butler, settings.workers.shard_count)
     try:
         if connection is not None:
-            _send(connection, task_name, tenant_id, butler, queue)
+            _send(connection, task_name, tenant_id, butler, queue, countdown)
             return
         with connect(settings) as conn:
-            _send(conn, task_name, tenant_id, butler, queue)
+            _send(conn, task_name, tenant_id, butler, queue, countdown)
     except (KombuError, redis.RedisError, OSError) as exc:
         raise Unavailable(f"broker unavailable, {task_name} for {tenant_id}/{butler} not sent: {exc}") from exc
 
 
-def _send(conn: Connection, task_name: str, tenant_id: str, butler: str, queue: str) -> None:
+def _send(conn: Connection, task_name: str, tenant_id: str, butler: str, queue: str,
+          countdown: float | None = None) -> None:
     app.send_task(task_name, kwargs=payload(tenant_id, butler), queue=queue, producer=app.amqp.Producer(conn),
-                  retry=False, ignore_result=True)
+                  retry=False, ignore_result=True, countdown=countdown)
 
 
-def wake_apply(tenant_id: str, butler: str, *, settings: Settings | None = None) -> None:
-    """Ask a worker to apply the key's pending write intents (after the intents committed)."""
-    publish(APPLY_TASK, tenant_id, butler, settings=settings)
+def wake_apply(tenant_id: str, butler: str, *, settings: Settings | None = None,
+               countdown: float | None = None) -> None:
+    """Ask a worker to apply the key's pending write intents (after the intents committed), now or in
+    ``countdown`` seconds (a key waiting out a retry backoff). A lost delayed wake-up is re-sent by the sweep."""
+    publish(APPLY_TASK, tenant_id, butler, settings=settings, countdown=countdown)
 
 
 def wake_consolidate(tenant_id: str, butler: str, *, settings: Settings | None = None) -> None:

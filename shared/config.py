@@ -217,6 +217,12 @@ class WorkerSettings(_Section):
     shard_count: int = Field(8, ge=1, le=1024)
     ingest_batch_size: int = Field(256, ge=1, le=4096)
     task_time_limit_seconds: int = Field(600, ge=10)
+    # A write intent that failed to apply is retried after an equal-jitter exponential backoff (on the database
+    # clock): base, 2x base, 4x base ... capped; its key's later intents wait behind it. With 5 attempts
+    # (consolidation.max_attempts) and these defaults a transient failure has ~40-75 s to clear before the
+    # intent is dead-lettered.
+    apply_backoff_base_seconds: float = Field(5.0, gt=0)
+    apply_backoff_max_seconds: float = Field(300.0, gt=0)
 
 
 class EmbeddingSettings(_Section):
@@ -242,6 +248,20 @@ class ApiSettings(_Section):
     port: int = Field(8150, ge=1, le=65535)
     max_batch: int = Field(500, ge=1, le=10_000)
     max_content_chars: int = Field(20_000, ge=100)
+    # memory_context_batch's total work: at most this many blocks, this many tokens of budget summed over them,
+    # and this long in all (blocks not built by then come back empty and degraded, never late).
+    context_batch_max_requests: int = Field(64, ge=1, le=10_000)
+    context_batch_max_tokens: int = Field(200_000, ge=100)
+    context_batch_deadline_seconds: float = Field(15.0, gt=0)
+    # Per-token limits on tool calls, per front (0 = off, the embedded stack's default; compose turns them on):
+    # a token bucket of token_rate_per_second refilling up to token_burst calls, and at most
+    # token_max_concurrent calls in flight. Over a limit a call answers rate_limited (retryable).
+    token_rate_per_second: float = Field(0.0, ge=0)
+    token_burst: int = Field(0, ge=0)
+    token_max_concurrent: int = Field(0, ge=0)
+    # A feedback call's idempotency_key (memory_confirm, memory_mark_*) is remembered this long: a retry after that
+    # counts again. Writes' keys live as long as their intents.
+    feedback_key_retention_days: float = Field(7.0, gt=0)
 
 
 class Settings(BaseSettings):

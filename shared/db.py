@@ -81,12 +81,14 @@ def ensure_database(admin_url: str, name: str) -> None:
         engine.dispose()
 
 
-def make_engine(url: str, *, pool_size: int = 5, connect_timeout_s: int = 3) -> Engine:
+def make_engine(
+    url: str, *, pool_size: int = 5, connect_timeout_s: int = 3, max_overflow: int | None = None
+) -> Engine:
     """An engine with a bounded connect time; made once per process (see :func:`engine_for`)."""
     return create_engine(
         normalise_url(url),
         pool_size=pool_size,
-        max_overflow=pool_size * 2,
+        max_overflow=pool_size * 2 if max_overflow is None else max_overflow,
         pool_pre_ping=True,
         pool_timeout=5,
         connect_args={"connect_timeout": connect_timeout_s, "application_name": "memory-butler"},

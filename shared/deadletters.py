@@ -103,7 +103,7 @@ _REDRIVE_INTENTS = """
 WITH dead AS (
     SELECT id, last_error AS error FROM write_intents
     WHERE status = 'dead_letter' {where} ORDER BY created_at LIMIT :limit FOR UPDATE)
-UPDATE write_intents w SET status = 'pending', attempts = 0, last_error = NULL
+UPDATE write_intents w SET status = 'pending', attempts = 0, last_error = NULL, next_attempt_at = NULL
 FROM dead WHERE w.id = dead.id
 RETURNING w.id, w.tenant_id, w.butler, dead.error"""
 

@@ -45,6 +45,19 @@ class InvalidTransition(IntegrityViolation):
     code = "invalid_transition"
 
 
+class IdempotencyConflict(ButlerError):
+    """The idempotency_key was already used for a different write or call: nothing was written. Use a new key."""
+
+    code = "idempotency_conflict"
+
+
+class RateLimited(ButlerError):
+    """The token is over its request rate or concurrency limit: nothing was done. Retry after a short wait."""
+
+    code = "rate_limited"
+    retryable = True
+
+
 class Pending(ButlerError):
     """The id was accepted but the worker has not applied it yet."""
 

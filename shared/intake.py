@@ -1,21 +1,25 @@
 """Durable intake of writes (the front's half of the outbox) and the worker's claim of them.
 
 A write is *accepted* once its write_intents row commits: the id is assigned, the per-(tenant, butler) sequence
-fixes its order, and (tenant, idempotency_key) makes a replay return the same id. The broker message that
+fixes its order, and (tenant, butler, idempotency_key) makes a replay return the same id (a replay with another
+payload is refused: its payload hash differs). The broker message that
 follows is only a wake-up call; a lost one is re-sent by the redelivery sweep.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, select, text, update
+from sqlalchemy import Connection, RowMapping, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from shared.errors import IdempotencyConflict
 from shared.models import shard_sequences, write_intents
 
 
@@ -29,6 +33,7 @@ class WriteRequest:
     butler: str                  # the shard key's butler
     payload: dict[str, Any]      # the validated write model, as JSON
     idempotency_key: str | None
+    key_field: str = "idempotency_key"  # how the caller named the key (e.g. episodes.3.idempotency_key)
 
 
 @dataclass(frozen=True)
@@ -41,46 +46,82 @@ class Accepted:
     replayed: bool
 
 
+def payload_hash(kind: str, payload: dict[str, Any]) -> str:
+    """sha256 of the write as accepted (kind and canonical JSON payload): what a replay must match."""
+    canonical = json.dumps({"kind": kind, "payload": payload}, sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def accept(
     conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], actor: str, request_id: str | None,
     now: datetime,
 ) -> list[Accepted]:
-    """Record writes durably (in the caller's transaction), in order; replays return their first id."""
-    keys = [w.idempotency_key for w in writes if w.idempotency_key]
-    existing = {
-        r["idempotency_key"]: r for r in conn.execute(
-            select(write_intents.c.id, write_intents.c.kind, write_intents.c.butler, write_intents.c.seq,
-                   write_intents.c.idempotency_key)
-            .where(write_intents.c.tenant_id == tenant_id, write_intents.c.idempotency_key.in_(keys))
-        ).mappings()
-    } if keys else {}
+    """Record writes durably (in the caller's transaction), in order; replays return their first id.
+
+    An idempotency key is scoped to its shard key (tenant, butler): two butlers may use the same key. A replay
+    whose payload differs from the first write's is refused with IdempotencyConflict (nothing written).
+    """
+    hashes = [payload_hash(w.kind, w.payload) for w in writes]
+    existing = _existing(conn, tenant_id=tenant_id, writes=writes)
     fresh: list[WriteRequest] = []
-    first: dict[str, int] = {}  # idempotency key -> index of its first occurrence in this call
+    first: dict[tuple[str, str], int] = {}  # (butler, key) -> index of its first occurrence in this call
     for i, w in enumerate(writes):
-        key = w.idempotency_key
-        if key and (key in existing or key in first):
+        key = (w.butler, w.idempotency_key) if w.idempotency_key else None
+        if key is None:
+            fresh.append(w)
             continue
-        if key:
+        if key in existing:
+            prior_hash = existing[key]["payload_hash"]
+            if prior_hash is not None and prior_hash != hashes[i]:  # None: accepted before hashes were kept
+                raise _conflict(i, writes, f"{existing[key]['kind']} {existing[key]['id']}")
+        elif key in first:
+            if hashes[first[key]] != hashes[i]:
+                raise _conflict(i, writes, f"item {first[key]} of this call")
+        else:
             first[key] = i
-        fresh.append(w)
-    assigned = _assign(conn, tenant_id=tenant_id, writes=fresh, actor=actor, request_id=request_id, now=now)
+            fresh.append(w)
+    assigned = _assign(conn, tenant_id=tenant_id, writes=fresh,
+                       hashes={id(w): h for w, h in zip(writes, hashes, strict=True)},
+                       actor=actor, request_id=request_id, now=now)
     out: list[Accepted] = []
     for i, w in enumerate(writes):
-        key = w.idempotency_key
-        if key and key in existing:
+        key = (w.butler, w.idempotency_key) if w.idempotency_key else None
+        if key is None:
+            out.append(assigned[id(w)])
+        elif key in existing:
             prior = existing[key]
-            out.append(Accepted(prior["id"], prior["kind"], prior["butler"], prior["seq"], key, True))
-        elif key and first[key] != i:
-            a = assigned[key]
-            out.append(Accepted(a.id, a.kind, a.butler, a.seq, key, True))
+            out.append(Accepted(prior["id"], prior["kind"], prior["butler"], prior["seq"], w.idempotency_key, True))
         else:
-            out.append(assigned[key] if key else assigned[id(w)])
+            a = assigned[key]
+            out.append(a if first[key] == i else Accepted(a.id, a.kind, a.butler, a.seq, w.idempotency_key, True))
     return out
 
 
+def _existing(conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest]) -> dict[tuple[str, str], RowMapping]:
+    """The already-accepted intents of the call's (butler, idempotency_key) pairs (one query)."""
+    keys = sorted({(w.butler, w.idempotency_key) for w in writes if w.idempotency_key})
+    if not keys:
+        return {}
+    rows = conn.execute(
+        select(write_intents.c.id, write_intents.c.kind, write_intents.c.butler, write_intents.c.seq,
+               write_intents.c.idempotency_key, write_intents.c.payload_hash)
+        .where(write_intents.c.tenant_id == tenant_id,
+               tuple_(write_intents.c.butler, write_intents.c.idempotency_key).in_(keys))
+    ).mappings()
+    return {(r["butler"], r["idempotency_key"]): r for r in rows}
+
+
+def _conflict(index: int, writes: Sequence[WriteRequest], used_by: str) -> IdempotencyConflict:
+    write = writes[index]
+    return IdempotencyConflict(
+        f"{write.key_field}: {write.idempotency_key!r} was already used for a different write ({used_by}); "
+        "a retry must send the same arguments, a new write needs a new key", field=write.key_field)
+
+
 def _assign(
-    conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], actor: str, request_id: str | None,
-    now: datetime,
+    conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], hashes: dict[int, str], actor: str,
+    request_id: str | None, now: datetime,
 ) -> dict[Any, Accepted]:
     """Allocate gap-free sequences per butler (row-locking the counter until commit) and insert the intents."""
     by_butler: dict[str, list[WriteRequest]] = {}
@@ -99,14 +140,15 @@ def _assign(
             accepted = Accepted(uuid.uuid4(), w.kind, butler, last - len(batch) + 1 + offset, w.idempotency_key, False)
             result[id(w)] = accepted
             if w.idempotency_key:
-                result[w.idempotency_key] = accepted
+                result[(butler, w.idempotency_key)] = accepted
             rows.append({"id": accepted.id, "tenant_id": tenant_id, "butler": butler, "seq": accepted.seq,
                          "kind": w.kind, "payload": w.payload, "idempotency_key": w.idempotency_key,
-                         "request_id": request_id, "actor": actor, "created_at": now})
+                         "payload_hash": hashes[id(w)], "request_id": request_id, "actor": actor,
+                         "created_at": now})
     if rows:
         inserted = conn.execute(
             pg_insert(write_intents).values(rows).on_conflict_do_nothing(
-                index_elements=["tenant_id", "idempotency_key"],
+                index_elements=["tenant_id", "butler", "idempotency_key"],
                 index_where=write_intents.c.idempotency_key.is_not(None),
             ).returning(write_intents.c.id)
         ).all()
@@ -116,13 +158,32 @@ def _assign(
 
 
 def claim_pending(conn: Connection, *, tenant_id: str, butler: str, limit: int) -> list[RowMapping]:
-    """The key's oldest pending intents in sequence order, row-locked; skip rows another worker holds."""
-    return list(conn.execute(
-        select(write_intents).where(
+    """The key's oldest pending intents in sequence order, row-locked (skipping rows another worker holds), up to
+    the first one still waiting out its retry backoff: a failed intent holds its key's later intents back until it
+    is applied or dead-lettered, so one key's writes apply in the order they were accepted."""
+    due = func.coalesce(write_intents.c.next_attempt_at <= func.now(), True).label("due")
+    claimed: list[RowMapping] = []
+    for row in conn.execute(
+        select(write_intents, due).where(
             write_intents.c.tenant_id == tenant_id, write_intents.c.butler == butler,
             write_intents.c.status == "pending",
-        ).order_by(write_intents.c.seq).limit(limit).with_for_update(skip_locked=True)
-    ).mappings())
+        ).order_by(write_intents.c.seq).limit(limit).with_for_update(of=write_intents, skip_locked=True)
+    ).mappings():
+        if not row["due"]:
+            break
+        claimed.append(row)
+    return claimed
+
+
+def retry_in(conn: Connection, *, tenant_id: str, butler: str) -> float | None:
+    """Seconds (database clock) until the key's first pending intent may be tried again; None if it is due now."""
+    wait = conn.execute(
+        select(func.extract("epoch", write_intents.c.next_attempt_at - func.now())).where(
+            write_intents.c.tenant_id == tenant_id, write_intents.c.butler == butler,
+            write_intents.c.status == "pending",
+        ).order_by(write_intents.c.seq).limit(1)
+    ).scalar()
+    return float(wait) if wait is not None and wait > 0 else None
 
 
 def mark_applied(conn: Connection, *, ids: Sequence[uuid.UUID], now: datetime) -> None:
@@ -130,12 +191,21 @@ def mark_applied(conn: Connection, *, ids: Sequence[uuid.UUID], now: datetime) -
         conn.execute(update(write_intents).where(write_intents.c.id.in_(ids)).values(status="applied", applied_at=now))
 
 
-def mark_failed(conn: Connection, *, intent_id: uuid.UUID, error: str, max_attempts: int) -> str:
-    """Count a failed apply; after ``max_attempts`` the intent is dead-lettered. Returns the new status."""
+# The SQL twin of shared.scoring.backoff_seconds (equal jitter, attempt = attempts + 1), on the database clock so
+# fronts and workers with skewed clocks agree on when an intent is due. The exponent is bounded like the twin's.
+BACKOFF_SQL = ("now() + make_interval(secs => least(CAST(:cap AS float8), CAST(:base AS float8) * "
+               "power(2, least(attempts, 1000))) * (0.5 + random() / 2))")
+
+
+def mark_failed(conn: Connection, *, intent_id: uuid.UUID, error: str, max_attempts: int, backoff_base_s: float,
+                backoff_max_s: float) -> str:
+    """Count a failed apply; after ``max_attempts`` the intent is dead-lettered, else it is retried after a
+    jittered exponential backoff (``next_attempt_at``). Returns the new status."""
     return conn.execute(
         update(write_intents).where(write_intents.c.id == intent_id).values(
             attempts=write_intents.c.attempts + 1, last_error=error[:2000],
             status=text(f"CASE WHEN attempts + 1 >= {int(max_attempts)} THEN 'dead_letter' ELSE 'pending' END"),
+            next_attempt_at=text(BACKOFF_SQL).bindparams(base=backoff_base_s, cap=backoff_max_s),
         ).returning(write_intents.c.status)
     ).scalar_one()
 
@@ -144,6 +214,7 @@ def stale_pending_keys(conn: Connection, *, older_than: datetime, limit: int = 1
     """(tenant, butler) keys with a pending intent accepted before ``older_than``: their wake-up may be lost."""
     return [(r.tenant_id, r.butler) for r in conn.execute(
         select(write_intents.c.tenant_id, write_intents.c.butler)
-        .where(write_intents.c.status == "pending", write_intents.c.created_at < older_than)
+        .where(write_intents.c.status == "pending", write_intents.c.created_at < older_than,
+               func.coalesce(write_intents.c.next_attempt_at <= func.now(), True))
         .group_by(write_intents.c.tenant_id, write_intents.c.butler).limit(limit)
     )]

@@ -199,15 +199,35 @@ def _lower_first(text: str) -> str:
     return text
 
 
+# A rule's text is at most RULE_MAX_CHARS (the column's CHECK). An anti-pattern keeps the newest harmful reasons
+# that fit in ANTI_PATTERN_REASONS_CHARS (each cut to that length) and at most ANTI_PATTERN_BODY_CHARS of the rule,
+# so the warning always fits, however many reasons piled up (one over-long rule must not fail a sweep batch).
+RULE_MAX_CHARS = 20_000
+ANTI_PATTERN_REASONS_CHARS = 2_000
+ANTI_PATTERN_BODY_CHARS = RULE_MAX_CHARS - ANTI_PATTERN_REASONS_CHARS - 200  # room for the fixed words
+
+
 def anti_pattern_content(rule: str, reasons: Sequence[str] = ()) -> str:
-    """The warning text that replaces a harmful rule; text that is already a warning is returned as is."""
+    """The warning text that replaces a harmful rule (at most RULE_MAX_CHARS); text that is already a warning is
+    returned as is. ``reasons`` oldest first; the newest that fit are kept, in that order."""
     text = rule.strip()
     if text.upper().startswith(ANTI_PATTERN_PREFIX):
-        return text
+        return text[:RULE_MAX_CHARS]
     text = text.rstrip(".").rstrip()
     if not text:
         raise InvalidInput("rule text must not be empty", field="rule")
-    text = _lower_first(text)
-    cleaned = [reason.strip() for reason in reasons if reason.strip()]
-    because = "; ".join(cleaned) if cleaned else DEFAULT_HARM_REASON
+    text = _lower_first(text)[:ANTI_PATTERN_BODY_CHARS]
+    because = "; ".join(_newest_that_fit(reasons)) or DEFAULT_HARM_REASON
     return f"{ANTI_PATTERN_PREFIX} Do NOT {text}. This caused problems because: {because}"
+
+
+def _newest_that_fit(reasons: Sequence[str]) -> list[str]:
+    """The newest trimmed, non-empty reasons whose total (each + 2 for "; ") is within the budget, oldest first."""
+    kept: list[str] = []
+    used = 0
+    for reason in reversed([r.strip()[:ANTI_PATTERN_REASONS_CHARS] for r in reasons if r.strip()]):
+        used += len(reason) + 2
+        if used > ANTI_PATTERN_REASONS_CHARS + 2:
+            break
+        kept.append(reason)
+    return kept[::-1]

@@ -20,10 +20,15 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
+from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
+from shared import receipts
 from shared.config import FactSettings, RuleSettings, Settings
 from shared.db import sqlstate
-from shared.lifecycle import ANTI_PATTERN_PREFIX, DEFAULT_HARM_REASON, check_transition
+from shared.lifecycle import (
+    ANTI_PATTERN_BODY_CHARS, ANTI_PATTERN_PREFIX, ANTI_PATTERN_REASONS_CHARS, DEFAULT_HARM_REASON, RULE_MAX_CHARS,
+    check_transition,
+)
 from shared.scoring import effective_confidence_sql
 
 log = logging.getLogger(__name__)
@@ -79,16 +84,23 @@ events AS (
     FROM changed RETURNING event_type)""" + TAIL
 
 # The SQL twin of shared.lifecycle.anti_pattern_content: strip, drop trailing dots, lower a capitalised
-# first word, join the trimmed harmful reasons with "; " (oldest first) or fall back to the default.
-_BODY = "rtrim(rtrim(btrim(f.content, E' \\t\\n\\r\\f\\v'), '.'), E' \\t\\n\\r\\f\\v')"
-ANTI_PATTERN_SQL = f"""CASE WHEN upper(btrim(f.content, E' \\t\\n\\r\\f\\v')) LIKE '{ANTI_PATTERN_PREFIX}%'
-    THEN btrim(f.content, E' \\t\\n\\r\\f\\v')
-    ELSE '{ANTI_PATTERN_PREFIX} Do NOT ' || (SELECT CASE
+# first word, cut to the body bound, then the newest trimmed harmful reasons that fit the reasons budget joined
+# with "; " (oldest first), or the default. Bounded like the Python function, so the result always fits the column.
+_WS = "E' \\t\\n\\r\\f\\v'"
+_BODY = f"rtrim(rtrim(btrim(f.content, {_WS}), '.'), {_WS})"
+_REASON = f"left(btrim(a.reason, {_WS}), {ANTI_PATTERN_REASONS_CHARS})"
+ANTI_PATTERN_SQL = f"""CASE WHEN upper(btrim(f.content, {_WS})) LIKE '{ANTI_PATTERN_PREFIX}%'
+    THEN left(btrim(f.content, {_WS}), {RULE_MAX_CHARS})
+    ELSE '{ANTI_PATTERN_PREFIX} Do NOT ' || (SELECT left(CASE
             WHEN length(b) >= 2 AND substr(b, 2, 1) <> upper(substr(b, 2, 1)) THEN lower(left(b, 1)) || substr(b, 2)
-            ELSE b END FROM (SELECT {_BODY} AS b) body)
+            ELSE b END, {ANTI_PATTERN_BODY_CHARS}) FROM (SELECT {_BODY} AS b) body)
         || '. This caused problems because: ' || coalesce((
-            SELECT string_agg(btrim(a.reason), '; ' ORDER BY a.occurred_at, a.id) FROM rule_applications a
-            WHERE a.rule_id = f.id AND a.outcome = 'harmful' AND btrim(a.reason) <> ''),
+            SELECT string_agg(r, '; ' ORDER BY occurred_at, id) FROM (
+                SELECT {_REASON} AS r, a.occurred_at, a.id,
+                       sum(length({_REASON}) + 2) OVER (ORDER BY a.occurred_at DESC, a.id DESC) AS used
+                FROM rule_applications a
+                WHERE a.rule_id = f.id AND a.outcome = 'harmful' AND btrim(a.reason, {_WS}) <> '') reasons
+            WHERE used <= {ANTI_PATTERN_REASONS_CHARS + 2}),
             '{DEFAULT_HARM_REASON}') END"""
 INVERTS = "(f.harmful_count >= :min_harmful AND f.effectiveness_score < :max_effectiveness " \
           "AND f.maturity <> 'anti_pattern')"
@@ -165,14 +177,14 @@ def exclusive(engine: Engine, name: str) -> Iterator[bool]:
 
 def in_transaction(engine: Engine, step: Callable[[Connection], T]) -> T:
     """``step(conn)`` in a transaction of its own, re-run (bounded) if PostgreSQL chose it as a deadlock victim."""
-    for attempt in range(1, DEADLOCK_RETRIES + 1):
-        try:
-            with engine.begin() as conn:
-                return step(conn)
-        except DBAPIError as exc:
-            if sqlstate(exc) != "40P01" or attempt == DEADLOCK_RETRIES:
-                raise
-            log.warning("sweep batch deadlocked; running it again", extra={"attempt": attempt})
+    retrying = Retrying(
+        retry=retry_if_exception(lambda exc: isinstance(exc, DBAPIError) and sqlstate(exc) == "40P01"),
+        stop=stop_after_attempt(DEADLOCK_RETRIES), reraise=True,
+        before_sleep=lambda state: log.warning("sweep batch deadlocked; running it again",
+                                               extra={"attempt": state.attempt_number}))
+    for attempt in retrying:
+        with attempt, engine.begin() as conn:
+            return step(conn)
     raise AssertionError("unreachable")
 
 
@@ -284,8 +296,11 @@ def episode_cleanup(engine: Engine, *, now: datetime, settings: Settings, batch:
         with engine.begin() as conn:
             runs = conn.execute(text("DELETE FROM maintenance_runs WHERE started_at < CAST(:before AS timestamptz)"),
                                 {"before": now - timedelta(days=settings.schedule.runs_retention_days)}).rowcount
+            kept_for = timedelta(days=settings.api.feedback_key_retention_days)
+            feedback_keys = receipts.prune(conn, before=now - kept_for)
         result = {"expired_deleted": expired, "capacity_deleted": evicted, "batches": b1 + b2,
-                  "maintenance_runs_deleted": runs, "seconds": round(time.monotonic() - started, 3)}
+                  "maintenance_runs_deleted": runs, "feedback_receipts_deleted": feedback_keys,
+                  "seconds": round(time.monotonic() - started, 3)}
         log.info("episode_cleanup done", extra=result)
         return result
 

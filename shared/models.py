@@ -81,6 +81,8 @@ write_intents = Table(
     Column("last_error", Text),
     _ts("created_at", nullable=False),
     _ts("applied_at"),
+    Column("payload_hash", Text),  # sha256 of (kind, payload): a replay must carry the same write
+    _ts("next_attempt_at"),        # a failed intent waits until then (backoff), and its key's later intents too
 )
 
 episodes = Table(
@@ -234,6 +236,19 @@ rule_applications = Table(
     Column("actor", Text, nullable=False),
     Column("request_id", Text),
     _ts("occurred_at", nullable=False),
+)
+
+# One row per idempotent feedback call (memory_confirm, memory_mark_*): a retry answers the stored result.
+feedback_receipts = Table(
+    "feedback_receipts", metadata,
+    Column("tenant_id", Text, primary_key=True),
+    Column("butler", Text, primary_key=True),
+    Column("idempotency_key", Text, primary_key=True),
+    Column("tool", Text, nullable=False),
+    Column("entity_id", UUID(as_uuid=True), nullable=False),
+    Column("payload_hash", Text, nullable=False),
+    Column("result", JSONB, nullable=False, server_default="{}"),
+    _ts("created_at", nullable=False),
 )
 
 consolidation_runs = Table(

@@ -81,6 +81,15 @@ class Principal:
             raise PermissionDenied(f"token does not cover butler {butler!r}", field="butler")
 
 
+# What new_token() makes: the prefix and 43 url-safe base64 characters (32 random bytes).
+TOKEN_RE = re.compile(r"mb_[A-Za-z0-9_-]{43}")
+
+
+def well_formed(token: str) -> bool:
+    """Whether ``token`` could be one of ours; anything else is refused before any database work."""
+    return TOKEN_RE.fullmatch(token) is not None
+
+
 def hash_token(token: str) -> str:
     """The stored form of a token: sha256 hex (64 characters)."""
     return hashlib.sha256(token.encode()).hexdigest()
@@ -164,7 +173,7 @@ def revoke_token(conn: Connection, *, token_id: uuid.UUID) -> bool:
 
 def resolve_token(conn: Connection, *, token: str) -> Principal | None:
     """The principal of a live token; None for an unknown or revoked one."""
-    if not token.startswith(TOKEN_PREFIX):
+    if not well_formed(token):
         return None
     row = conn.execute(
         select(api_tokens.c.id, api_tokens.c.tenant_id, api_tokens.c.butlers, api_tokens.c.role).where(

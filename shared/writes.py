@@ -252,6 +252,13 @@ def mark_rule(
         "last_applied_at": now, "last_evaluated_at": now, "maturity": maturity,
     }
     events = [_event(tenant_id, f"rule.marked_{outcome}", "rule", rule_id, actor, {"reason": reason})]
+    if outcome == "helpful":  # a rule that just worked is confirmed (seed 003: confirmation resets decay)
+        values["last_confirmed_at"] = now
+        if row["validity"] != "active":
+            check_transition("fact", row["validity"], "active")  # rule validity follows the fact machine
+            values["validity"] = "active"
+        events.append(_event(tenant_id, "rule.confirmed", "rule", rule_id, actor,
+                             {"from_validity": row["validity"], "by": "marked_helpful"}))
     if maturity != row["maturity"]:
         check_transition("rule", row["maturity"], maturity)
         events.append(_event(tenant_id, "rule.maturity_changed", "rule", rule_id, actor,

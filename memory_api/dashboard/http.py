@@ -39,7 +39,8 @@ READ_DEADLINE_S = 6.0
 WRITE_DEADLINE_S = 10.0
 ACTOR = "dashboard"
 STATUS = {"invalid_input": 400, "permission_denied": 403, "not_found": 404, "invalid_transition": 409,
-          "integrity_violation": 409, "pending": 409, "payload_too_large": 413, "unavailable": 503}
+          "integrity_violation": 409, "pending": 409, "payload_too_large": 413, "unavailable": 503,
+          "idempotency_conflict": 409, "rate_limited": 429}
 
 
 class PayloadTooLarge(InvalidInput):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
+import anyio
 from mcp.server.mcpserver import Context
 from pydantic import Field
 
@@ -58,22 +60,41 @@ async def memory_context_batch(
     request_context: Lineage | None = None,
 ) -> ContextBatch:
     """memory_context for many sessions at once (a daemon starting several agents): one block per request, in
-    order. Every butler must be one your token covers; at most api.max_batch requests."""
+    order. Every butler must be one your token covers; at most api.context_batch_max_requests requests (64) and
+    api.context_batch_max_tokens tokens of budget in all. Blocks not built within the batch's deadline come back
+    empty with degraded=true."""
     call = current_call()
-    cap = call.services.settings.api.max_batch
-    if len(requests) > cap:
-        raise InvalidInput(f"requests: at most {cap} per call (got {len(requests)})", field="requests")
-    for i, req in enumerate(requests):
-        access.require_butler(call.principal, req.butler, field=f"requests.{i}.butler")
+    _check_batch(call, requests)
+    api = call.services.settings.api
+    deadline = time.monotonic() + api.context_batch_deadline_seconds
     blocks: list[ContextBlock] = []
     reason: str | None = None
     for req in requests:
         if reason is None:
             try:
-                blocks.append(await _block(call, req.trigger_prompt, req.butler, req.token_budget))
+                with anyio.fail_after(max(0.0, deadline - time.monotonic())):
+                    blocks.append(await _block(call, req.trigger_prompt, req.butler, req.token_budget))
                 continue
             except Unavailable as exc:  # the rest would wait as long again: answer them empty right away
                 reason, call.outcome = exc.message, "degraded"
+            except TimeoutError:
+                reason, call.outcome = (f"the batch's deadline ({api.context_batch_deadline_seconds:g}s) passed; "
+                                        "the blocks not built by then are empty"), "degraded"
         budget = req.token_budget or call.services.settings.memory.retrieval.context_token_budget
         blocks.append(_empty(call, req.butler, budget, reason))
     return ContextBatch(results=blocks, degraded=reason is not None, reason=reason, request_id=call.request_id)
+
+
+def _check_batch(call: Call, requests: list[ContextRequest]) -> None:
+    """The batch's total work is bounded: so many blocks and so many tokens of budget in all (nothing is done)."""
+    api = call.services.settings.api
+    cap = min(api.max_batch, api.context_batch_max_requests)
+    if len(requests) > cap:
+        raise InvalidInput(f"requests: at most {cap} per call (got {len(requests)})", field="requests")
+    default = call.services.settings.memory.retrieval.context_token_budget
+    total = sum(req.token_budget or default for req in requests)
+    if total > api.context_batch_max_tokens:
+        raise InvalidInput(f"requests: the token budgets add up to {total}, at most {api.context_batch_max_tokens} "
+                           "per call (split the batch or ask for smaller blocks)", field="requests")
+    for i, req in enumerate(requests):
+        access.require_butler(call.principal, req.butler, field=f"requests.{i}.butler")

@@ -15,7 +15,7 @@ from memory_api.tools import access
 from memory_api.tools.params import Lineage, MemoryId, MemoryType
 from memory_api.tools.results import Confirmed, Lifecycle, RuleFeedback
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
-from shared import writes
+from shared import receipts, writes
 from shared.db import unit_of_work
 
 TypeArg = Annotated[MemoryType, Field(description="'episode', 'fact' or 'rule'.")]
@@ -23,60 +23,91 @@ Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, m
                    Field(description="What went wrong when the rule was applied (kept as evidence).")]
 
 
-async def _in_transaction(call: Call, fn: Callable[[Connection], dict[str, Any]]) -> dict[str, Any]:
-    """One transaction in a worker thread; a classified refusal (not found, pending, ...) rolls it back."""
+FeedbackKey = Annotated[str, StringConstraints(min_length=1, max_length=200), Field(description=(
+    "Optional key that makes a retry safe: the same key and arguments answer the first call's result and record "
+    "nothing new; the same key with other arguments is refused (idempotency_conflict)."))]
+
+
+async def _in_transaction(call: Call, fn: Callable[[Connection], dict[str, Any]],
+                          receipt: receipts.Receipt | None = None) -> dict[str, Any]:
+    """One transaction in a worker thread; a classified refusal (not found, pending, ...) rolls it back. With a
+    ``receipt`` (an idempotency key) a replay answers the first call's stored result and changes nothing."""
     engine = call.services.engine
 
     def work() -> dict[str, Any]:
         with unit_of_work(engine) as conn:
-            return fn(conn)
+            if receipt is not None:
+                prior = receipts.claim(conn, receipt=receipt)
+                if prior is not None:
+                    return {**prior, "replayed": True}
+            out = fn(conn)
+            if receipt is not None:
+                receipts.record(conn, receipt=receipt, result=out)
+            return out
 
     return await call.write(work)
+
+
+def _receipt(call: Call, key: str | None, tool: str, entity_id: uuid.UUID,
+             **arguments: Any) -> receipts.Receipt | None:
+    if key is None:
+        return None
+    return receipts.Receipt(tenant_id=call.tenant, butler=call.principal.default_butler, key=key, tool=tool,
+                            entity_id=entity_id, arguments=arguments)
 
 
 @tool_call
 async def memory_confirm(
     ctx: Context, type: Annotated[Literal["fact", "rule"], Field(description="'fact' or 'rule'.")], id: MemoryId,
-    request_context: Lineage | None = None,
+    idempotency_key: FeedbackKey | None = None, request_context: Lineage | None = None,
 ) -> Confirmed:
     """Call after you used a fact or rule and it proved accurate: resets its confidence decay (a fading memory
     becomes active again). Errors: not_found, pending (not applied yet: retry shortly), permission_denied,
-    invalid_transition (it was forgotten or superseded: memory_restore brings back a forgotten one)."""
+    invalid_transition (it was forgotten or superseded: memory_restore brings back a forgotten one). Pass an
+    idempotency_key to make a retry safe (one confirmation is recorded)."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
     out = await _in_transaction(call, lambda conn: writes.confirm(
         conn, tenant_id=call.tenant, kind=type, entity_id=id, visibility=visibility, actor=call.actor(),
-        now=utcnow()))
+        now=utcnow()), _receipt(call, idempotency_key, "memory_confirm", id, type=type))
     return Confirmed(type=type, id=str(id), validity=out["validity"], last_confirmed_at=out["last_confirmed_at"],
-                     request_id=call.request_id)
+                     replayed=out.get("replayed", False), request_id=call.request_id)
 
 
 async def _mark(call: Call, rule_id: uuid.UUID, outcome: Literal["helpful", "harmful"],
-                reason: str | None) -> RuleFeedback:
+                reason: str | None, key: str | None) -> RuleFeedback:
     visibility = access.default_visibility(call.principal)
     settings = call.services.settings.memory.rules
     out = await _in_transaction(call, lambda conn: writes.mark_rule(
         conn, tenant_id=call.tenant, rule_id=rule_id, outcome=outcome, reason=reason, visibility=visibility,
-        actor=call.actor(), now=utcnow(), rules=settings))
+        actor=call.actor(), now=utcnow(), rules=settings),
+        _receipt(call, key, f"memory_mark_{outcome}", rule_id, reason=reason))
     return RuleFeedback(rule_id=str(rule_id), outcome=outcome, maturity=out["maturity"],
                         effectiveness_score=out["effectiveness_score"], success_count=out["success_count"],
-                        harmful_count=out["harmful_count"], request_id=call.request_id)
+                        harmful_count=out["harmful_count"], replayed=out.get("replayed", False),
+                        request_id=call.request_id)
 
 
 @tool_call
-async def memory_mark_helpful(ctx: Context, rule_id: MemoryId, request_context: Lineage | None = None) -> RuleFeedback:
-    """Call after applying a rule worked out. Raises its effectiveness; enough successes promote it from
-    candidate to established to proven (more weight in recall and context)."""
-    return await _mark(current_call(), rule_id, "helpful", None)
+async def memory_mark_helpful(
+    ctx: Context, rule_id: MemoryId, idempotency_key: FeedbackKey | None = None,
+    request_context: Lineage | None = None,
+) -> RuleFeedback:
+    """Call after applying a rule worked out. Raises its effectiveness and confirms the rule (resets its decay);
+    enough successes promote it from candidate to established to proven (more weight in recall and context).
+    Pass an idempotency_key to make a retry safe (one application is recorded)."""
+    return await _mark(current_call(), rule_id, "helpful", None, idempotency_key)
 
 
 @tool_call
 async def memory_mark_harmful(
-    ctx: Context, rule_id: MemoryId, reason: Reason | None = None, request_context: Lineage | None = None,
+    ctx: Context, rule_id: MemoryId, reason: Reason | None = None, idempotency_key: FeedbackKey | None = None,
+    request_context: Lineage | None = None,
 ) -> RuleFeedback:
     """Call when applying a rule caused a problem; say why in `reason`. A harmful mark weighs 4x a helpful one;
-    a rule marked harmful repeatedly is inverted into an anti-pattern warning."""
-    return await _mark(current_call(), rule_id, "harmful", reason)
+    a rule marked harmful repeatedly is inverted into an anti-pattern warning. Pass an idempotency_key to make a
+    retry safe (one application is recorded)."""
+    return await _mark(current_call(), rule_id, "harmful", reason, idempotency_key)
 
 
 @tool_call

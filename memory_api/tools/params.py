@@ -48,7 +48,9 @@ OccurredAt = Annotated[AwareDatetime, Field(description=(
 Since = Annotated[AwareDatetime, Field(description="Only episodes that happened at or after this time (ISO 8601).")]
 Until = Annotated[AwareDatetime, Field(description="Only episodes that happened before this time (ISO 8601).")]
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=200), Field(description=(
-    "Your unique key for this write. Retrying with the same key returns the same id and writes nothing new."))]
+    "Your unique key for this write (unique per butler). Retrying with the same key and the same arguments "
+    "returns the same id and writes nothing new; the same key with different arguments is refused "
+    "(idempotency_conflict)."))]
 Lineage = Annotated[RequestContext, Field(description=(
     "Optional trace ids {request_id, subrequest_id, segment_id}; request_id is echoed back and kept in the audit "
     "trail."))]

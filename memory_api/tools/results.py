@@ -79,6 +79,7 @@ class Confirmed(_Result):
     id: str
     validity: str
     last_confirmed_at: datetime
+    replayed: bool = False  # an idempotency_key seen before: the first call's result, nothing recorded again
 
 
 class RuleFeedback(_Result):
@@ -88,6 +89,7 @@ class RuleFeedback(_Result):
     effectiveness_score: float
     success_count: int
     harmful_count: int
+    replayed: bool = False  # an idempotency_key seen before: the first call's result, nothing recorded again
 
 
 class Lifecycle(_Result):

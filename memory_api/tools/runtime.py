@@ -120,11 +120,15 @@ def tool_call(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]
         try:
             call = Call(tool=name, principal=principal_of(ctx, services), services=services, request_id=request_id,
                         lineage=lineage)
+            limits = services.token_limits
+            assert limits is not None
+            limits.enter(call.principal.token_id)  # over the token's rate or concurrency: RateLimited, nothing done
             token = _call.set(call)
             try:
                 return await fn(**kwargs)
             finally:
                 _call.reset(token)
+                limits.leave(call.principal.token_id)
         except Exception as exc:  # noqa: BLE001 - the boundary: classify, never leak a trace to the caller
             error = exc if isinstance(exc, ButlerError) else classify_db_error(exc)
             if error is None:

@@ -18,6 +18,7 @@ import anyio
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, TimeoutError as PoolTimeout
 
+from memory_api.tools.limits import TokenLimits
 from shared import db
 from shared.config import Settings
 from shared.errors import ButlerError, IntegrityViolation, Unavailable
@@ -32,6 +33,9 @@ T = TypeVar("T")
 # waits for a thread (bounded by the call's deadline) instead of queueing on the pool.
 POOL_SIZE = 8
 DB_THREADS = 24
+# Token look-ups have threads of their own: a flood of unknown tokens waits here (bounded by the auth deadline)
+# and never takes a thread or a connection from authenticated calls. The pool has room for both.
+AUTH_THREADS = 4
 CONNECT_TIMEOUT_S = 2
 
 
@@ -47,13 +51,20 @@ class Services:
     bumper: ReferenceBumper | None = None
     publisher: Any = None                       # memory_workers.enqueue.Publisher
     limiter: anyio.CapacityLimiter | None = None
+    auth_limiter: anyio.CapacityLimiter | None = None
     metrics: ToolMetrics = field(default_factory=lambda: ToolMetrics())
+    token_limits: TokenLimits | None = None
+
+    def __post_init__(self) -> None:
+        if self.token_limits is None:
+            self.token_limits = TokenLimits.from_settings(self.settings.api)
 
     def open(self) -> None:
         """Create every resource (blocking: loads the model); called once per process."""
         from shared.embedding import get_query_embedder, get_token_counter
 
-        self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S)
+        self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S,
+                                     max_overflow=DB_THREADS + AUTH_THREADS - POOL_SIZE)
         embedder = get_query_embedder()
         self.bumper = ReferenceBumper(self.engine)
         self.reader = Reader(engine=self.engine, settings=self.settings, embed=embedder.embed_one,
@@ -78,21 +89,25 @@ class Services:
     async def lifespan(self, _server: Any) -> AsyncIterator[Services]:
         """The MCP server's lifespan: open at start, close at stop; yields itself as the lifespan context."""
         self.limiter = anyio.CapacityLimiter(DB_THREADS)
+        self.auth_limiter = anyio.CapacityLimiter(AUTH_THREADS)
         await anyio.to_thread.run_sync(self.open)
         try:
             yield self
         finally:
             await anyio.to_thread.run_sync(self.close)
 
-    async def in_thread(self, fn: Callable[[], T], *, deadline: float, late: str = "") -> T:
+    async def in_thread(self, fn: Callable[[], T], *, deadline: float, late: str = "",
+                        limiter: anyio.CapacityLimiter | None = None) -> T:
         """Blocking work in a worker thread, abandoned after ``deadline`` seconds: a caller never hangs.
 
-        ``late`` is added to the Unavailable message when the deadline passes (what the caller should know).
+        ``late`` is added to the Unavailable message when the deadline passes (what the caller should know);
+        ``limiter`` the threads to use (default: the tools' own).
         """
         assert self.limiter is not None, "Services.lifespan has not run"
         try:
             with anyio.fail_after(deadline):
-                return await anyio.to_thread.run_sync(_classified(fn), abandon_on_cancel=True, limiter=self.limiter)
+                return await anyio.to_thread.run_sync(_classified(fn), abandon_on_cancel=True,
+                                                      limiter=limiter or self.limiter)
         except TimeoutError:
             raise Unavailable(f"database did not answer within {deadline:.1f}s{late}") from None
 

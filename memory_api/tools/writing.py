@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field, StringConstraints
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from memory_api.tools import access
 from memory_api.tools.params import (
@@ -19,7 +20,7 @@ from memory_api.tools.results import AcceptedItem, BatchAccepted, WriteAccepted
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
 from shared import intake
 from shared.db import unit_of_work
-from shared.errors import InvalidInput, Unavailable
+from shared.errors import IdempotencyConflict, InvalidInput, Unavailable
 from shared.intake import Accepted, WriteRequest
 from shared.schemas import EpisodeWrite, FactWrite, RuleWrite, check_occurred_at, parse
 
@@ -43,14 +44,16 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
     engine = call.services.engine
 
     def work() -> list[Accepted]:
-        for attempt in (1, 2):
-            try:
-                with unit_of_work(engine) as conn:
+        # The second try finds the first writer's row (a replay, or a conflict); a third race is not worth waiting.
+        retrying = Retrying(retry=retry_if_exception_type(intake.ConcurrentReplay), stop=stop_after_attempt(2),
+                            reraise=True)
+        try:
+            for attempt in retrying:
+                with attempt, unit_of_work(engine) as conn:
                     return intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
                                          request_id=call.request_id, now=utcnow())
-            except intake.ConcurrentReplay:
-                if attempt == 2:  # the second try finds the first writer's row; a third race is not worth waiting
-                    raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None
+        except intake.ConcurrentReplay:
+            raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None
         raise AssertionError("unreachable")
 
     accepted = await call.write(work)
@@ -72,8 +75,8 @@ async def _store_one(call: Call, kind: str, write: BaseModel, butler: str, key: 
     request = WriteRequest(kind=kind, butler=butler, payload=write.model_dump(mode="json"), idempotency_key=key)
     (accepted,) = await _accept(call, [request], actor=butler)
     if accepted.kind != kind:
-        raise InvalidInput(f"idempotency_key: already used for a {accepted.kind} ({accepted.id})",
-                           field="idempotency_key")
+        raise IdempotencyConflict(f"idempotency_key: already used for a {accepted.kind} ({accepted.id})",
+                                  field="idempotency_key")
     return WriteAccepted(type=kind, id=str(accepted.id), butler=accepted.butler, idempotency_key=key,
                          replayed=accepted.replayed, request_id=call.request_id)
 
@@ -154,8 +157,8 @@ async def memory_ingest_batch(
     accepted = await _accept(call, requests, actor=call.principal.default_butler)
     for i, a in enumerate(accepted):
         if a.kind != "episode":
-            raise InvalidInput(f"episodes.{i}.idempotency_key: already used for a {a.kind}",
-                               field=f"episodes.{i}.idempotency_key")
+            raise IdempotencyConflict(f"episodes.{i}.idempotency_key: already used for a {a.kind}",
+                                      field=f"episodes.{i}.idempotency_key")
     items = [AcceptedItem(id=str(a.id), butler=a.butler, idempotency_key=a.idempotency_key, replayed=a.replayed)
              for a in accepted]
     return BatchAccepted(count=len(items), items=items, request_id=call.request_id)
@@ -171,4 +174,4 @@ def _episode_request(call: Call, index: int, item: EpisodeItem) -> WriteRequest:
     except InvalidInput as exc:
         raise InvalidInput(f"episodes.{index}.{exc.message}", field=f"episodes.{index}.{exc.field}") from None
     return WriteRequest(kind="episode", butler=item.butler, payload=write.model_dump(mode="json"),
-                        idempotency_key=item.idempotency_key)
+                        idempotency_key=item.idempotency_key, key_field=f"episodes.{index}.idempotency_key")

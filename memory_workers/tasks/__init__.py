@@ -81,7 +81,8 @@ class KeyRunSummary:
     batches: int = 0
     busy: bool = False
     more: bool = False
+    retry_in: float | None = None  # seconds until the key's first intent (waiting out a backoff) is due
 
     def as_dict(self) -> dict[str, Any]:
         counts = {k: v for k, v in self.counts.items() if isinstance(v, int)}
-        return {**counts, "batches": self.batches, "busy": self.busy, "more": self.more}
+        return {**counts, "batches": self.batches, "busy": self.busy, "more": self.more, "retry_in": self.retry_in}

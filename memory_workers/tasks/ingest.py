@@ -3,7 +3,9 @@
 Each batch is one transaction: claim the oldest pending intents, embed all their texts in one model call,
 insert the episodes in one statement, store facts and rules in sequence order, mark the intents applied.
 A poison intent (bad payload, refused row) is isolated in a savepoint, counted by ``intake.mark_failed``
-and dead-lettered after ``consolidation.max_attempts``; the rest of the batch commits without it.
+and dead-lettered after ``consolidation.max_attempts``. A bad payload is dead-lettered at once and the rest of
+the batch commits without it; any other failure is retried after a jittered backoff (``workers.apply_backoff_*``,
+on the database clock), and the key's later intents wait behind it until it is applied or dead-lettered.
 
 Order within a key comes from a transaction-level advisory lock (apply's own, distinct from consolidation's):
 a second task for the same key does not wait for it; it returns, and the holder re-checks for pending
@@ -60,12 +62,14 @@ def apply_writes(self: Any, tenant_id: str, butler: str) -> dict[str, Any]:
         _wake(wake_consolidate, rt, tenant_id, butler)
     if summary.more:
         _wake(wake_apply, rt, tenant_id, butler)
+    elif summary.retry_in is not None:  # the key waits behind a failed intent: come back when its backoff ends
+        _wake(wake_apply, rt, tenant_id, butler, countdown=summary.retry_in)
     return summary.as_dict()
 
 
-def _wake(wake: Any, rt: Runtime, tenant_id: str, butler: str) -> None:
+def _wake(wake: Any, rt: Runtime, tenant_id: str, butler: str, **options: Any) -> None:
     try:
-        wake(tenant_id, butler, settings=rt.settings)
+        wake(tenant_id, butler, settings=rt.settings, **options)
     except Unavailable as exc:  # the work is durable; the sweeps send the wake-up again
         log.warning("wake-up not sent", extra={"tenant_id": tenant_id, "butler": butler, "error": exc.message})
 
@@ -82,8 +86,12 @@ def apply_pending(rt: Runtime, *, tenant_id: str, butler: str, actor: Actor,
             return summary
         if claimed < limit:
             break
-    # Re-checked after the lock is released: a wake-up refused while this run held the key is not lost.
-    summary.more = _has_pending(rt, tenant_id=tenant_id, butler=butler)
+    # Re-checked after the lock is released: a wake-up refused while this run held the key is not lost. A key
+    # whose first intent waits out a backoff has no work now: it is woken again when the backoff ends.
+    with unit_of_work(rt.engine) as conn:
+        # A locked row is being applied by a worker that re-checks on its own, so SKIP LOCKED is the right answer.
+        summary.more = bool(intake.claim_pending(conn, tenant_id=tenant_id, butler=butler, limit=1))
+        summary.retry_in = None if summary.more else intake.retry_in(conn, tenant_id=tenant_id, butler=butler)
     return summary
 
 
@@ -129,17 +137,42 @@ def _try_lock(conn: Connection, tenant_id: str, butler: str) -> bool:
                         {"k": apply_lock_key(tenant_id, butler)}).scalar_one()
 
 
-def _has_pending(rt: Runtime, *, tenant_id: str, butler: str) -> bool:
-    # A locked row is being applied by a worker that re-checks on its own, so SKIP LOCKED is the right answer.
-    with unit_of_work(rt.engine) as conn:
-        return bool(intake.claim_pending(conn, tenant_id=tenant_id, butler=butler, limit=1))
-
-
 def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping], actor: Actor) -> Counter[str]:
-    """Apply claimed intents (in seq order) inside the caller's transaction; returns counts by outcome."""
+    """Apply claimed intents (in seq order) inside the caller's transaction; returns counts by outcome.
+
+    A failure that will be retried holds its key: whatever came after it is rolled back and stays pending, to
+    apply after it (per-key order). A failure that dead-letters (a bad payload, the last attempt) holds nothing.
+    """
     counts: Counter[str] = Counter()
     if not intents:
         return counts
+    savepoint = conn.begin_nested()
+    applied, failures = _apply_all(conn, rt, intents=intents, actor=actor)
+    held = _first_retried(rt, failures)
+    if held is not None and any(i["seq"] > held[0]["seq"] for i in applied):
+        savepoint.rollback()
+        counts = apply_batch(conn, rt, intents=[i for i in intents if i["seq"] < held[0]["seq"]], actor=actor)
+        counts[_mark_failed(conn, rt, *held)] += 1
+        return counts
+    savepoint.commit()
+    intake.mark_applied(conn, ids=[i["id"] for i in applied], now=datetime.now(timezone.utc))
+    counts.update(i["kind"] for i in applied)
+    for intent, exc in failures:
+        if held is None or intent["seq"] <= held[0]["seq"]:  # the ones after a held intent were not really tried
+            counts[_mark_failed(conn, rt, intent, exc)] += 1
+    return counts
+
+
+def _first_retried(rt: Runtime, failures: list[tuple[RowMapping, Exception]]) -> tuple[RowMapping, Exception] | None:
+    """The earliest failure that will be tried again (not dead-lettered by this failure), if any."""
+    retried = [(i, exc) for i, exc in failures
+               if not isinstance(exc, InvalidInput) and i["attempts"] + 1 < rt.settings.consolidation.max_attempts]
+    return min(retried, key=lambda f: f[0]["seq"]) if retried else None
+
+
+def _apply_all(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
+               actor: Actor) -> tuple[list[RowMapping], list[tuple[RowMapping, Exception]]]:
+    """Every intent in its own savepoint (episodes in one statement first); returns (applied, failures)."""
     parsed, failures = [], []
     for intent in intents:
         try:
@@ -159,11 +192,7 @@ def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
             applied.append(intent)
         except Exception as exc:  # noqa: BLE001 - a poison intent must not take the batch down
             failures.append((intent, exc))
-    intake.mark_applied(conn, ids=[i["id"] for i in applied], now=datetime.now(timezone.utc))
-    counts.update(i["kind"] for i in applied)
-    for intent, exc in failures:
-        counts[_mark_failed(conn, rt, intent, exc)] += 1
-    return counts
+    return applied, failures
 
 
 def _parse(intent: RowMapping) -> Any:
@@ -222,7 +251,10 @@ def _store(conn: Connection, rt: Runtime, intent: RowMapping, write: Any, vector
 def _mark_failed(conn: Connection, rt: Runtime, intent: RowMapping, exc: Exception) -> str:
     """Count the failure; a payload that fails validation never will pass, so it is dead-lettered at once."""
     max_attempts = 1 if isinstance(exc, InvalidInput) else rt.settings.consolidation.max_attempts
-    status = intake.mark_failed(conn, intent_id=intent["id"], error=describe_error(exc), max_attempts=max_attempts)
+    workers = rt.settings.workers
+    status = intake.mark_failed(conn, intent_id=intent["id"], error=describe_error(exc), max_attempts=max_attempts,
+                                backoff_base_s=workers.apply_backoff_base_seconds,
+                                backoff_max_s=workers.apply_backoff_max_seconds)
     log.warning("write intent failed", extra={"intent_id": str(intent["id"]), "kind": intent["kind"],
                                                "seq": intent["seq"], "status": status, "error": describe_error(exc)})
     return "dead_letter" if status == "dead_letter" else "retry"

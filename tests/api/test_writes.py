@@ -60,7 +60,7 @@ def test_same_idempotency_key_is_one_write(worker, health: Butler, engine: Engin
     # a key already used for an episode cannot name a fact
     err = health.error("memory_store_fact", subject="user", predicate="drink", content="tea",
                        idempotency_key="ep-tea-1")
-    assert err["error"] == "invalid_input" and err["field"] == "idempotency_key"
+    assert err["error"] == "idempotency_conflict" and err["field"] == "idempotency_key"
 
 
 def test_ingest_batch_accepts_all_in_order(worker, front: Front, engine: Engine, tenant_a: str) -> None:

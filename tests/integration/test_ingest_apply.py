@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -32,6 +33,7 @@ from shared.writes import Actor
 ACTOR = Actor("worker:test")
 BATCH = 8
 MAX_ATTEMPTS = 3
+BACKOFF_BASE_S = 0.05  # a failed intent is retried after 25-50 ms, then 50-100 ms (capped at 0.2 s)
 
 
 class SpyEmbedder:
@@ -50,7 +52,8 @@ class SpyEmbedder:
 @pytest.fixture(scope="module")
 def settings(database_url: str, redis_url: str) -> Settings:
     return load_settings(database_url=database_url, redis_url=redis_url,
-                         workers={"ingest_batch_size": BATCH, "shard_count": 4},
+                         workers={"ingest_batch_size": BATCH, "shard_count": 4,
+                                  "apply_backoff_base_seconds": BACKOFF_BASE_S, "apply_backoff_max_seconds": 0.2},
                          consolidation={"max_attempts": MAX_ATTEMPTS})
 
 
@@ -136,7 +139,20 @@ def _snapshot(engine: Any, tenant_id: str) -> tuple:
                  for table in ("episodes", "facts", "rules", "memory_links", "memory_events"))
 
 
-def test_a_poison_intent_is_dead_lettered_without_blocking_later_ones(settings, engine, model):
+def _status(engine: Any, tenant_id: str) -> dict[uuid.UUID, str]:
+    return dict(rows(engine, "SELECT id, status FROM write_intents WHERE tenant_id = :t", t=tenant_id))
+
+
+def _retry_until_settled(rt: Runtime, engine: Any, tenant_id: str, intent_id: uuid.UUID) -> None:
+    """Run the key again (as its delayed wake-ups would) until ``intent_id`` is applied or dead-lettered."""
+    def settled() -> bool:
+        apply_pending(rt, tenant_id=tenant_id, butler="general", actor=ACTOR)
+        return _status(engine, tenant_id)[intent_id] != "pending"
+
+    poll(settled, deadline_s=20, what="the failed intent to be retried until it settles", every_s=0.02)
+
+
+def test_a_poison_intent_is_dead_lettered_and_holds_later_ones_until_then(settings, engine, model):
     rt = make_runtime(settings, engine, model)
     t = new_tenant(engine)
     bad_payload = intake.WriteRequest("fact", "general", {"predicate": "name", "content": "no subject"}, None)
@@ -148,14 +164,22 @@ def test_a_poison_intent_is_dead_lettered_without_blocking_later_ones(settings, 
 
     first = apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)
 
-    status = dict(rows(engine, "SELECT id, status FROM write_intents WHERE tenant_id = :t", t=t))
-    assert [status[i] for i in ids] == ["applied", "dead_letter", "pending", "dead_letter", "applied", "applied"]
-    assert first.more  # the refused row is still pending, so the task asks to be run again
-    for _ in range(MAX_ATTEMPTS - 1):
-        apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)
+    # a bad payload never passes: dead-lettered at once, holding nothing; the refused row will be retried, so
+    # everything accepted after it waits (per-key order), untried and uncounted
+    status = _status(engine, t)
+    assert [status[i] for i in ids] == ["applied", "dead_letter", "pending", "pending", "pending", "pending"]
+    assert rows(engine, "SELECT content FROM episodes WHERE tenant_id = :t", t=t) == [("first",)]
+    assert rows(engine, "SELECT count(*) FROM write_intents WHERE tenant_id = :t AND attempts > 0 "
+                        "AND status = 'pending'", t=t) == [(1,)]
+    assert first.counts["retry"] == 1 and first.counts["episode"] == 1
+    _retry_until_settled(rt, engine, t, ids[2])
     [(state, attempts, error)] = rows(engine, "SELECT status, attempts, last_error FROM write_intents WHERE id = :i",
                                       i=ids[2])
     assert (state, attempts) == ("dead_letter", MAX_ATTEMPTS) and error.startswith("ForeignKeyViolation")
+    # once the head is dead-lettered the rest apply (the wrong-key episode is a bad payload of its own)
+    apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)
+    status = _status(engine, t)
+    assert [status[i] for i in ids] == ["applied", "dead_letter", "dead_letter", "dead_letter", "applied", "applied"]
     [(dead_attempts, dead_error)] = rows(engine, "SELECT attempts, last_error FROM write_intents WHERE id = :i",
                                          i=ids[1])
     assert dead_attempts == 1 and "subject" in dead_error
@@ -169,9 +193,39 @@ def test_a_batch_the_embedder_cannot_take_is_applied_one_intent_at_a_time(settin
 
     apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)
 
-    status = dict(rows(engine, "SELECT id, status FROM write_intents WHERE tenant_id = :t", t=t))
-    assert [status[i] for i in ids] == ["applied", "dead_letter", "applied"]
+    # the culprit failed once and waits out a backoff; the episode after it waits with it
+    assert [_status(engine, t)[i] for i in ids] == ["applied", "pending", "pending"]
+    assert rows(engine, "SELECT attempts FROM write_intents WHERE id = :i", i=ids[1]) == [(1,)]
+    _retry_until_settled(rt, engine, t, ids[1])
+    apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)
+    assert [_status(engine, t)[i] for i in ids] == ["applied", "dead_letter", "applied"]
     assert rows(engine, "SELECT content FROM episodes WHERE tenant_id = :t ORDER BY seq", t=t) == [("one",), ("three",)]
+
+
+def test_retries_back_off_on_the_database_clock_instead_of_spending_every_attempt_at_once(
+        database_url, redis_url, engine, model):
+    # given a slow backoff (4-8 s, then 8-16 s) and an intent the database refuses
+    slow = load_settings(database_url=database_url, redis_url=redis_url, consolidation={"max_attempts": 5},
+                         workers={"apply_backoff_base_seconds": 8, "apply_backoff_max_seconds": 60})
+    rt = make_runtime(slow, engine, model)
+    t = new_tenant(engine)
+    (head,) = [a.id for a in accept(engine, t, [fact("Works at Acme", predicate="employer",
+                                                     source_episode_id=str(uuid.uuid4()))])]
+    # when the key is run three times in a row (a burst of redeliveries)
+    runs = [apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR) for _ in range(3)]
+    # then one attempt was spent, and the next waits for its backoff, measured on the database clock
+    [(attempts, status, wait)] = rows(engine, "SELECT attempts, status, extract(epoch FROM next_attempt_at - now()) "
+                                              "FROM write_intents WHERE id = :i", i=head)
+    assert (attempts, status) == (1, "pending") and 3.0 < float(wait) <= 8.0
+    assert 3.0 < runs[-1].retry_in <= 8.0 and not runs[-1].more
+    # and the SQL twin of scoring.backoff_seconds stays inside [d/2, d] as attempts grow, capped
+    for n, (low, high) in {1: (8, 16), 2: (16, 32), 3: (30, 60), 6: (30, 60)}.items():
+        with unit_of_work(engine) as conn:
+            conn.execute(text("UPDATE write_intents SET attempts = :n WHERE id = :i"), {"n": n, "i": head})
+            intake.mark_failed(conn, intent_id=head, error="x", max_attempts=100, backoff_base_s=8, backoff_max_s=60)
+            wait = conn.execute(text("SELECT extract(epoch FROM next_attempt_at - now()) FROM write_intents "
+                                     "WHERE id = :i"), {"i": head}).scalar_one()
+        assert low - 0.01 <= float(wait) <= high + 0.01, (n, wait)
 
 
 def test_a_busy_key_is_left_to_its_holder(settings, engine, model):
@@ -191,12 +245,11 @@ def test_a_busy_key_is_left_to_its_holder(settings, engine, model):
 
 
 
-@pytest.fixture()
-def celery_worker(settings, engine, model) -> Iterator[Runtime]:
-    """An in-process worker (solo pool) on every shard queue of the test Redis, using the test database."""
+@contextlib.contextmanager
+def running_worker(settings: Settings, rt: Runtime) -> Iterator[Runtime]:
+    """An in-process worker (solo pool) on every shard queue of the test Redis, using ``rt``."""
     from celery.contrib.testing.worker import start_worker
 
-    rt = make_runtime(settings, engine, model)
     worker_app.configure(worker_app.app, settings)
     install_runtime(rt)
     handlers = logging.getLogger().handlers[:]  # the worker installs JSON logging on pytest's captured stderr
@@ -208,6 +261,70 @@ def celery_worker(settings, engine, model) -> Iterator[Runtime]:
         install_runtime(None)
         worker_app.configure(worker_app.app, get_settings())
         logging.getLogger().handlers[:] = handlers
+
+
+@pytest.fixture()
+def celery_worker(settings, engine, model) -> Iterator[Runtime]:
+    with running_worker(settings, make_runtime(settings, engine, model)) as rt:
+        yield rt
+
+
+@contextlib.contextmanager
+def refusing_facts(engine: Any, tenant_id: str) -> Iterator[Callable[[], None]]:
+    """The database refuses this tenant's fact inserts until the returned ``heal()`` is called (a transient fault:
+    a real trigger, not a mock). Other tenants are untouched."""
+    name = f"refuse_{uuid.uuid4().hex[:8]}"
+    with unit_of_work(engine) as conn:
+        conn.execute(text(f"CREATE TABLE {name} (tenant_id text)"))
+        conn.execute(text(f"INSERT INTO {name} VALUES (:t)"), {"t": tenant_id})
+        conn.execute(text(f"""CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+            IF EXISTS (SELECT 1 FROM {name} WHERE tenant_id = NEW.tenant_id) THEN
+                RAISE EXCEPTION 'transient fault' USING ERRCODE = '40001'; END IF;
+            RETURN NEW; END $$"""))
+        conn.execute(text(f"CREATE TRIGGER {name} BEFORE INSERT ON facts FOR EACH ROW EXECUTE FUNCTION {name}()"))
+
+    def heal() -> None:
+        with unit_of_work(engine) as conn:
+            conn.execute(text(f"DELETE FROM {name}"))
+
+    try:
+        yield heal
+    finally:
+        with unit_of_work(engine) as conn:
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {name} ON facts"))
+            conn.execute(text(f"DROP FUNCTION IF EXISTS {name}()"))
+            conn.execute(text(f"DROP TABLE IF EXISTS {name}"))
+
+
+def test_a_worker_retries_a_failed_intent_with_backoff_and_applies_the_key_in_order(
+        database_url, redis_url, engine, model):
+    # given a worker whose failed intents wait 0.5-1 s, then 1-2 s, 2-4 s ... (5 attempts), and a key whose
+    # first write (a fact) the database refuses for now, followed by an episode and a correcting fact
+    slow = load_settings(database_url=database_url, redis_url=redis_url, consolidation={"max_attempts": 5,
+                         "after_apply": False}, workers={"shard_count": 4, "apply_backoff_base_seconds": 1.0,
+                                                         "apply_backoff_max_seconds": 4.0})
+    t = new_tenant(engine)
+    with running_worker(slow, make_runtime(slow, engine, model)), refusing_facts(engine, t) as heal:
+        ids = [a.id for a in accept(engine, t, [fact("Lives in Berlin")])]
+        ids += [a.id for a in accept(engine, t, [episode("Moved house today."), fact("Lives in Paris")])]
+        wake_apply(t, "general", settings=slow)
+        # when the first write has failed twice (the second try came from the worker's own delayed wake-up)
+        poll(lambda: rows(engine, "SELECT attempts >= 2 FROM write_intents WHERE id = :i", i=ids[0])[0][0],
+             deadline_s=30, what="the worker to retry the refused intent after its backoff")
+        # then the attempts were spread out, not spent at once, and the later writes wait behind it
+        [(attempts, status, wait)] = rows(engine, "SELECT attempts, status, extract(epoch FROM next_attempt_at - "
+                                                  "created_at) FROM write_intents WHERE id = :i", i=ids[0])
+        assert status == "pending" and attempts < 5 and float(wait) >= 0.5 + 0.5
+        assert [_status(engine, t)[i] for i in ids[1:]] == ["pending", "pending"]
+        assert rows(engine, "SELECT count(*) FROM episodes WHERE tenant_id = :t", t=t) == [(0,)]
+        # when the fault clears, the key applies in the order it was accepted: Paris supersedes Berlin
+        heal()
+        poll(lambda: set(_status(engine, t).values()) == {"applied"}, deadline_s=30,
+             what="the key to apply once the fault cleared")
+    facts = dict(rows(engine, "SELECT content, validity FROM facts WHERE tenant_id = :t", t=t))
+    assert facts == {"Lives in Berlin": "superseded", "Lives in Paris": "active"}
+    applied_at = dict(rows(engine, "SELECT id, applied_at FROM write_intents WHERE tenant_id = :t", t=t))
+    assert applied_at[ids[0]] <= applied_at[ids[1]] <= applied_at[ids[2]]
 
 
 def test_a_woken_worker_applies_the_writes_and_then_consolidates_them(settings, engine, celery_worker):

@@ -153,6 +153,37 @@ def test_harmful_rules_are_inverted_like_the_python_function(conn, tenant):
         assert _events(conn, tenant, rid) == []
 
 
+def test_an_over_long_rule_is_inverted_within_bounds_without_failing_its_batch(conn, tenant):
+    # given, in one sweep batch, a rule near the column's limit with 30 long harmful reasons, and an ordinary one
+    reasons = [f"reason {i}: " + "x" * 1_980 for i in range(30)]
+    long_rule = _rule(conn, tenant, "Retry " + "forever " * 2_490, harmful=30, eff=0.0, reasons=reasons)
+    short_rule = _rule(conn, tenant, "Guess the user's timezone", harmful=3, eff=0.0, reasons=["wrong time"])
+    # when the sweep runs (one batch holds both)
+    _sweep_all(conn, batch=100)
+    # then both became anti-patterns, the long one bounded, each the text the Python function writes
+    rows = dict(conn.execute(text("SELECT id, content FROM rules WHERE id IN (:a, :b) AND maturity = 'anti_pattern'"),
+                             {"a": long_rule, "b": short_rule}).all())
+    assert set(rows) == {long_rule, short_rule}
+    original = conn.execute(text("SELECT metadata->>'original_content' FROM rules WHERE id = :i"),
+                            {"i": long_rule}).scalar_one()
+    assert len(rows[long_rule]) <= 20_000 and rows[long_rule] == anti_pattern_content(original, reasons)
+    assert rows[long_rule].endswith(reasons[-1]) and reasons[0] not in rows[long_rule]  # the newest reasons kept
+    assert rows[short_rule].endswith("because: wrong time")
+
+
+def test_a_harmful_mark_inverts_an_over_long_rule_within_bounds(conn, tenant):
+    # given a rule near the column's limit with long harmful reasons piled up while it was still helpful
+    reasons = ["the build broke again " + "y" * 1_900 for _ in range(10)]  # the last one a day before NOW
+    rid = _rule(conn, tenant, "Skip " + "the tests " * 1_990, harmful=10, eff=0.9, reasons=reasons)
+    # when one more harmful mark tips it over
+    out = writes.mark_rule(conn, tenant_id=tenant, rule_id=rid, outcome="harmful", reason="z" * 2_000,
+                           visibility=writes.ALL, actor=writes.Actor("agent"), now=NOW, rules=SETTINGS.memory.rules)
+    # then it is an anti-pattern whose text fits
+    assert out["maturity"] == "anti_pattern"
+    content = conn.execute(text("SELECT content FROM rules WHERE id = :i"), {"i": rid}).scalar_one()
+    assert len(content) <= 20_000 and content.endswith("z" * 2_000)
+
+
 def test_rules_decay_and_invert_in_one_pass(conn, tenant):
     # given a decayed rule that is also harmful, and one that is only decayed
     both = _rule(conn, tenant, "Guess the timezone", harmful=3, eff=0.0, rate=0.1, age_days=20)  # 0.135
@@ -335,3 +366,21 @@ def test_a_scheduled_task_runs_once_per_tick_and_records_its_outcome(engine):
         rows = dict(c.execute(text("SELECT tick, summary FROM maintenance_runs WHERE task = 'memory.test_task' "
                                    "AND tick LIKE :t"), {"t": tick + "%"}).all())
     assert rows == {tick: {"done": 1}, tick + "-2": {"error": "RuntimeError: disk full"}}
+
+
+def test_cleanup_forgets_feedback_keys_after_their_retention(engine):
+    # given two feedback receipts, one older than the 7-day retention
+    with engine.begin() as conn:
+        tenant = _tenant(conn)
+        for key, age in (("old", 8), ("fresh", 1)):
+            conn.execute(text(
+                "INSERT INTO feedback_receipts (tenant_id, butler, idempotency_key, tool, entity_id, payload_hash, "
+                "created_at) VALUES (:t, 'health', :k, 'memory_confirm', :e, :h, :at)"),
+                {"t": tenant, "k": key, "e": uuid.uuid4(), "h": "0" * 64, "at": NOW - timedelta(days=age)})
+    # when the cleanup runs
+    result = maintenance.episode_cleanup(engine, now=NOW, settings=load_settings())
+    # then the old key is forgotten and the fresh one kept
+    with engine.connect() as conn:
+        kept = conn.execute(text("SELECT idempotency_key FROM feedback_receipts WHERE tenant_id = :t"),
+                            {"t": tenant}).scalars().all()
+    assert kept == ["fresh"] and result["feedback_receipts_deleted"] >= 1

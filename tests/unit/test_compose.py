@@ -190,3 +190,17 @@ def test_example_butler_toml_documents_every_key_with_its_default(monkeypatch, t
     documented = _toml_keys({k: v for k, v in butler.items() if k not in ("name", "description", "db")})
     documented = {"api.port" if key == "port" else key for key in documented}
     assert documented == _keys(Settings) - {"database_url", "redis_url", "data_dir"}
+
+
+def test_the_shared_front_limits_each_token_and_the_embedded_stack_does_not():
+    env = SERVICES["front"]["environment"]
+    assert env["DATABASE_URL"] == SERVICES["migrate"]["environment"]["DATABASE_URL"]
+    api = Settings(**{"api": {"token_rate_per_second": float(env["MEMORY_BUTLER_API__TOKEN_RATE_PER_SECOND"]),
+                              "token_burst": int(env["MEMORY_BUTLER_API__TOKEN_BURST"]),
+                              "token_max_concurrent": int(env["MEMORY_BUTLER_API__TOKEN_MAX_CONCURRENT"])}}).api
+    assert api.token_rate_per_second > 0 and api.token_burst > 0 and api.token_max_concurrent > 0
+    assert set(k for k in env if k.startswith("MEMORY_BUTLER_API__")) == {
+        "MEMORY_BUTLER_API__TOKEN_RATE_PER_SECOND", "MEMORY_BUTLER_API__TOKEN_BURST",
+        "MEMORY_BUTLER_API__TOKEN_MAX_CONCURRENT"}
+    default = load_settings().api
+    assert (default.token_rate_per_second, default.token_burst, default.token_max_concurrent) == (0, 0, 0)

@@ -368,3 +368,12 @@ def test_recent_effectiveness_replaces_the_counters_judgement() -> None:
             "rules": RULES}
     assert next_maturity(**args) == "established"
     assert next_maturity(**args, recent_effectiveness=0.1) == "candidate"
+
+
+def test_anti_pattern_content_is_bounded_and_keeps_the_newest_reasons() -> None:
+    reasons = [f"r{i} " + "x" * 1_500 for i in range(50)]
+    text = anti_pattern_content("Cache " + "everything " * 3_000, reasons)
+    assert len(text) <= 20_000
+    assert text.endswith(reasons[-1]) and reasons[-2] not in text  # two do not fit in 2,000 characters
+    assert anti_pattern_content("Use X", ["z" * 5_000]).endswith("z" * 2_000)
+    assert len(anti_pattern_content("ANTI-PATTERN: " + "w" * 30_000)) == 20_000
