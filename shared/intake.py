@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, select, text, update
+from sqlalchemy import Connection, RowMapping, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from shared.models import shard_sequences, write_intents
@@ -43,7 +43,6 @@ class Accepted:
 
 def accept(
     conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], actor: str, request_id: str | None,
-    now: datetime,
 ) -> list[Accepted]:
     """Record writes durably (in the caller's transaction), in order; replays return their first id."""
     keys = [w.idempotency_key for w in writes if w.idempotency_key]
@@ -63,7 +62,7 @@ def accept(
         if key:
             first[key] = i
         fresh.append(w)
-    assigned = _assign(conn, tenant_id=tenant_id, writes=fresh, actor=actor, request_id=request_id, now=now)
+    assigned = _assign(conn, tenant_id=tenant_id, writes=fresh, actor=actor, request_id=request_id)
     out: list[Accepted] = []
     for i, w in enumerate(writes):
         key = w.idempotency_key
@@ -80,7 +79,6 @@ def accept(
 
 def _assign(
     conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], actor: str, request_id: str | None,
-    now: datetime,
 ) -> dict[Any, Accepted]:
     """Allocate gap-free sequences per butler (row-locking the counter until commit) and insert the intents."""
     by_butler: dict[str, list[WriteRequest]] = {}
@@ -102,7 +100,10 @@ def _assign(
                 result[w.idempotency_key] = accepted
             rows.append({"id": accepted.id, "tenant_id": tenant_id, "butler": butler, "seq": accepted.seq,
                          "kind": w.kind, "payload": w.payload, "idempotency_key": w.idempotency_key,
-                         "request_id": request_id, "actor": actor, "created_at": now})
+                         "request_id": request_id, "actor": actor,
+                         # The accept time is the database's clock, never the front's: a fact's "is it late?"
+                         # check (shared.writes.store_fact) orders writes by it, and fronts' clocks differ.
+                         "created_at": func.clock_timestamp()})
     if rows:
         inserted = conn.execute(
             pg_insert(write_intents).values(rows).on_conflict_do_nothing(

@@ -47,7 +47,7 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
             try:
                 with unit_of_work(engine) as conn:
                     return intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
-                                         request_id=call.request_id, now=utcnow())
+                                         request_id=call.request_id)
             except intake.ConcurrentReplay:
                 if attempt == 2:  # the second try finds the first writer's row; a third race is not worth waiting
                     raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None

@@ -82,8 +82,7 @@ def fact(content: str, *, predicate: str = "home_city", butler: str = "general",
 
 def accept(engine: Any, tenant_id: str, writes: Sequence[intake.WriteRequest]) -> list[intake.Accepted]:
     with unit_of_work(engine) as conn:
-        return intake.accept(conn, tenant_id=tenant_id, writes=writes, actor="test", request_id="req-1",
-                             now=datetime.now(timezone.utc))
+        return intake.accept(conn, tenant_id=tenant_id, writes=writes, actor="test", request_id="req-1")
 
 
 def rows(engine: Any, sql: str, **params: Any) -> list[Any]:
