@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import text

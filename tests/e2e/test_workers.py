@@ -14,7 +14,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 

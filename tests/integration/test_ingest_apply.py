@@ -7,7 +7,6 @@ import logging
 import math
 import uuid
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 import pytest

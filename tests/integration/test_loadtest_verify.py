@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
 
 import numpy as np
 import pytest
