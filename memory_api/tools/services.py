@@ -48,6 +48,7 @@ class Services:
     publisher: Any = None                       # memory_workers.enqueue.Publisher
     limiter: anyio.CapacityLimiter | None = None
     metrics: ToolMetrics = field(default_factory=lambda: ToolMetrics())
+    token_cache: Any = None                     # memory_api.server.TokenCache (a purge evicts its tenant)
 
     def open(self) -> None:
         """Create every resource (blocking: loads the model); called once per process."""
