@@ -52,3 +52,24 @@ def test_an_older_write_from_a_fast_front_does_not_supersede_a_newer_one(
     assert newer["validity"] == "active", newer
     assert (older["validity"], older["superseded_by_id"]) == ("superseded", paris["id"])
     assert older["created_at"] < newer["created_at"]  # stamped by the database when each write was accepted
+
+
+def test_a_dashboard_correction_from_a_slow_front_supersedes_the_fact_it_corrects(
+    front: Front, api_settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memory_api.dashboard import api_memory
+    from tests.api.conftest import new_tenant
+    from tests.api.dashboard_client import Dash
+    from tests.dashboard_seed import seed
+
+    # given a fact stored a moment ago, and a front whose clock is an hour behind the database's
+    seeded = seed(engine, new_tenant(engine), api_settings)
+    admin = Dash(front.base, new_token(engine, seeded.tenant, ["*"], role="admin"))
+    monkeypatch.setattr(api_memory, "utcnow", _skewed(timedelta(hours=-1)), raising=False)
+    old = seeded.facts["allergy"]  # stored just now
+    # when an admin corrects it there
+    out = admin.ok("PUT", f"/api/memory/facts/{old}", json={"content": "The user is allergic to peanuts and soy"})
+    # then the correction is the live fact (it was dated by the front's clock: older, so refused as not live)
+    detail = admin.get(f"/api/memory/facts/{out['id']}")
+    assert detail["fact"]["validity"] == "active"
+    assert admin.get(f"/api/memory/facts/{old}")["fact"]["superseded_by_id"] == out["id"]
