@@ -104,7 +104,7 @@ async def edit_rule(call: ApiCall) -> dict[str, Any]:
     embedder = get_query_embedder()
     return await call.write(lambda conn: curation.edit_rule(
         conn, tenant_id=call.tenant, rule_id=rule_id, changes=call.body.changes(), visibility=visibility,
-        actor=call.actor(), embed=embedder.embed_one, version=embedder.version))
+        actor=call.actor(), now=utcnow(), embed=embedder.embed_one, version=embedder.version))
 
 
 @endpoint()
