@@ -30,7 +30,7 @@ WHERE tenant_id = :t AND id = :id AND status = 'applied' AND payload <> CAST(:sc
 
 _SCRUB_EVENTS = """
 UPDATE memory_events SET payload = memory_events_scrubbed(payload)
-WHERE tenant_id = :t AND entity_id = :id AND payload <> memory_events_scrubbed(payload)"""
+WHERE entity_type = :kind AND entity_id = :id AND tenant_id = :t AND payload <> memory_events_scrubbed(payload)"""
 
 # The facts and rules derived from one episode (by a derived_from link or their source_episode_id), each with
 # whether any of its source episodes is still remembered. A source deleted by expiry counts as remembered: what
@@ -57,13 +57,13 @@ FROM derived d ORDER BY d.kind, d.id"""
 # thing that happened to it was the retraction that forgetting its sources caused.
 _LAST_LIFECYCLE = """
 SELECT event_type, payload->>'cause' AS cause FROM memory_events
-WHERE tenant_id = :t AND entity_id = :id AND event_type IN (:forgotten, :retracted, :restored)
+WHERE entity_type = :kind AND entity_id = :id AND tenant_id = :t AND event_type IN (:forgotten, :retracted, :restored)
 ORDER BY id DESC LIMIT 1"""
 
 
-def scrub_traces(conn: Connection, *, tenant_id: str, entity_id: uuid.UUID) -> dict[str, int]:
+def scrub_traces(conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid.UUID) -> dict[str, int]:
     """Remove a forgotten memory's content from its applied write intent and its audit events."""
-    params = {"t": tenant_id, "id": entity_id, "scrubbed": SCRUBBED_PAYLOAD}
+    params = {"t": tenant_id, "kind": kind, "id": entity_id, "scrubbed": SCRUBBED_PAYLOAD}
     intents = conn.execute(text(_SCRUB_INTENT), params).rowcount
     events = conn.execute(text(_SCRUB_EVENTS), params).rowcount
     return {"intents_scrubbed": intents, "events_scrubbed": events}
@@ -112,7 +112,7 @@ def restore_derived(conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, 
 
 def _retracted_by_sources(conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid.UUID) -> bool:
     last = conn.execute(text(_LAST_LIFECYCLE), {
-        "t": tenant_id, "id": entity_id, "forgotten": f"{kind}.forgotten", "retracted": f"{kind}.retracted",
+        "t": tenant_id, "kind": kind, "id": entity_id, "forgotten": f"{kind}.forgotten", "retracted": f"{kind}.retracted",
         "restored": f"{kind}.restored"}).first()
     return last is not None and last.event_type == f"{kind}.retracted" and last.cause == RETRACTED_CAUSE
 

@@ -284,7 +284,7 @@ def forget(
         values = {"validity": "retracted"}
     repo.update_row(conn, kind=kind, entity_id=entity_id, values=values)
     # The text leaves the outbox and the audit trail at once; the memory itself stays restorable.
-    scrubbed = forgetting.scrub_traces(conn, tenant_id=tenant_id, entity_id=entity_id)
+    scrubbed = forgetting.scrub_traces(conn, tenant_id=tenant_id, kind=kind, entity_id=entity_id)
     repo.record_event(conn, tenant_id=tenant_id, event_type=f"{kind}.forgotten", entity_type=kind,
                       entity_id=entity_id, actor=actor.name, request_id=actor.request_id,
                       payload={"from_validity": row.get("validity")})
