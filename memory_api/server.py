@@ -113,6 +113,10 @@ def _bounded(entries: dict[str, Any], cap: int, now: float, expiry: Callable[[An
         live = dict(list(live.items())[len(live) // 2:])
     return live
 
+    def evict_tenant(self, tenant_id: str) -> None:
+        """Forget every cached principal of ``tenant_id`` (its tokens were purged): they resolve again, to nothing."""
+        self._entries = {k: v for k, v in self._entries.items() if v[0] is None or v[0].tenant_id != tenant_id}
+
 
 class BearerAuth:
     """ASGI middleware: resolve the bearer token to a Principal (cached) and put it on the scope, or answer 401."""
@@ -133,9 +137,9 @@ class BearerAuth:
         except Unavailable as exc:
             await _deny(503, f"cannot check the token: {exc.message}", retryable=True)(scope, receive, send)
             return
-        if principal is None:
+        if principal is None or principal.expired(utcnow()):  # a cached entry must not outlive its token
             log.info("bearer token refused", extra={"path": scope["path"], "outcome": "unauthorized"})
-            await _deny(401, "invalid or revoked token")(scope, receive, send)
+            await _deny(401, "invalid, revoked or expired token")(scope, receive, send)
             return
         if principal.is_operator and scope["path"] != "/metrics":  # an operator reads the fleet's health only
             await _deny(403, "an operator token reads /metrics only; memory needs a butler or admin token")(
@@ -248,7 +252,8 @@ def build_app(settings: Settings, *, database_url: str | None = None, token_ttl:
     app = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
                                      host=settings.api.host, max_request_body_size=_max_body(settings))
     app.router.routes.extend(dashboard.routes())  # the dashboard's /api and web UI (memory_api/dashboard)
-    app.add_middleware(BearerAuth, services=services, cache=TokenCache(ttl=token_ttl))
+    services.token_cache = TokenCache(ttl=token_ttl)
+    app.add_middleware(BearerAuth, services=services, cache=services.token_cache)
     # One line per stateless request ("Terminating session: None") is noise next to our one line per tool call.
     logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
     app.state.services = services

@@ -177,6 +177,12 @@ class ScheduleSettings(_Section):
     redelivery_sweep_seconds: float = Field(15, gt=0)
     # maintenance_runs rows (one per task tick, ~8,600 a day) older than this are deleted by the episode cleanup.
     runs_retention_days: float = Field(14, gt=0)
+    # Applied write intents older than this are deleted by the episode cleanup (a forget scrubs its intent at
+    # once); an idempotency key answers a replay with the first id for this long.
+    intents_retention_days: float = Field(3, gt=0)
+    # Dead letters (episodes and write intents) outlive the episode TTL: they wait this long (from acceptance)
+    # for a redrive or an explicit drop, then the episode cleanup deletes them.
+    dead_letters_retention_days: float = Field(30, gt=0)
 
 
 class ConsolidationSettings(_Section):

@@ -138,13 +138,15 @@ def _known_rules(conn: Connection, tenant_id: str, butler: str) -> list[KnownRul
 
 
 def still_due(conn: Connection, batch: Batch) -> bool:
-    """Lock the batch's episodes and confirm nobody consolidated or changed them since the batch was read."""
+    """Lock the batch's episodes and confirm nobody consolidated, forgot or restored them since the batch was read
+    (an episode forgotten while its batch was being extracted must not be learned from: the batch is re-read)."""
     ids = [e.id for e in batch.episodes]
-    current = {r.id: (r.consolidation_status, r.consolidation_attempts) for r in conn.execute(
-        select(episodes.c.id, episodes.c.consolidation_status, episodes.c.consolidation_attempts)
+    current = {r.id: (r.consolidation_status, r.consolidation_attempts, r.forgotten) for r in conn.execute(
+        select(episodes.c.id, episodes.c.consolidation_status, episodes.c.consolidation_attempts,
+               episodes.c.forgotten_at.is_not(None).label("forgotten"))
         .where(episodes.c.id.in_(ids)).order_by(episodes.c.id).with_for_update()
     )}
-    if current != {e.id: (e.status, e.attempts) for e in batch.episodes}:
+    if current != {e.id: (e.status, e.attempts, e.forgotten) for e in batch.episodes}:
         return False
     return not conn.execute(select(exists().where(
         consolidation_runs.c.tenant_id == batch.tenant_id,

@@ -32,11 +32,13 @@ LADDER = ("candidate", "established", "proven")
 
 def edit_fact(
     conn: Connection, *, tenant_id: str, fact_id: uuid.UUID, changes: dict[str, Any], visibility: Visibility,
-    actor: Actor, now: datetime, embed: Embed, version: ModelVersion,
+    actor: Actor, embed: Embed, version: ModelVersion,
 ) -> dict[str, Any]:
     """Store the corrected fact under the same (scope, subject, predicate): store_fact supersedes the old one.
 
     Only a live fact can be corrected (active or fading): a superseded, expired or retracted one is history.
+    The correction is dated by the database's clock, as accepted writes are: a front whose clock is behind must
+    not make it look older than the fact it corrects.
     """
     old = load_visible(conn, kind="fact", tenant_id=tenant_id, entity_id=fact_id, visibility=visibility, lock=True)
     if old["validity"] not in LIVE:
@@ -51,7 +53,7 @@ def edit_fact(
     vector = embed(embedding_text("fact", write))
     out = store_fact(conn, tenant_id=tenant_id, fact_id=new_id, write=write, vector=vector,
                      embedding_version_id=repo.embedding_version_id(conn, version), source_butler=actor.name,
-                     actor=actor, now=now)
+                     actor=actor, now=repo.database_now(conn))
     if str(fact_id) not in out.get("superseded", []):
         raise InvalidTransition(f"fact {fact_id} was not the live fact of its key; nothing was edited", field="id")
     return {"id": str(new_id), "supersedes": str(fact_id)}

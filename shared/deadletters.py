@@ -1,8 +1,10 @@
-"""Dead letters: episodes whose consolidation and write intents whose apply gave up. List, show, redrive.
+"""Dead letters: episodes whose consolidation and write intents whose apply gave up. List, show, redrive, drop.
 
 A redrive moves a dead letter back to pending with its attempts reset (the episode machine's only way out of
-dead_letter); the error it had is kept in the redrive's memory_events row. Functions take a Connection and
-never commit; redrive is one statement per table, bounded by ``limit``.
+dead_letter); the error it had is kept in the redrive's memory_events row. A drop deletes it: the operator gave
+up on it (the episode's text, or the write that was never applied, goes with it). Undecided dead letters are
+kept past the episode TTL, for ``schedule.dead_letters_retention_days`` (see shared.maintenance). Functions take
+a Connection and never commit; redrive and drop are one statement per table, bounded by ``limit``.
 """
 
 from __future__ import annotations
@@ -126,5 +128,38 @@ def redrive(conn: Connection, *, ids: Sequence[uuid.UUID] | None = None, tenant_
             events.append({"tenant_id": row.tenant_id, "event_type": f"{kind}.redriven", "entity_type": kind,
                            "entity_id": row.id, "actor": actor, "request_id": None,
                            "payload": {"butler": row.butler, "previous_error": row.error}})
+    repo.record_events(conn, events)
+    return out
+
+
+_DROP = {
+    "episode": """DELETE FROM episodes WHERE id IN (
+        SELECT id FROM episodes WHERE consolidation_status = 'dead_letter' {where}
+        ORDER BY created_at LIMIT :limit FOR UPDATE)
+        RETURNING id, tenant_id, butler""",
+    "write_intent": """DELETE FROM write_intents WHERE id IN (
+        SELECT id FROM write_intents WHERE status = 'dead_letter' {where}
+        ORDER BY created_at LIMIT :limit FOR UPDATE)
+        RETURNING id, tenant_id, butler""",
+}
+
+
+def drop(conn: Connection, *, ids: Sequence[uuid.UUID] | None = None, tenant_id: str | None = None,
+         actor: str, limit: int = REDRIVE_LIMIT) -> list[Redriven]:
+    """Delete dead letters for good: the given ids, or (ids=None) every dead letter of the tenant/all. Only dead
+    letters: an id that is not one is left alone (and not returned). One audit event each, without content."""
+    where, params = "", {"limit": limit}
+    if ids is not None:
+        where += " AND id = ANY(:ids)"
+        params["ids"] = list(ids)
+    if tenant_id is not None:
+        where += " AND tenant_id = :tenant"
+        params["tenant"] = tenant_id
+    out, events = [], []
+    for kind, sql in _DROP.items():
+        for row in conn.execute(text(sql.format(where=where)), params):
+            out.append(Redriven(kind, row.id, row.tenant_id, row.butler))
+            events.append({"tenant_id": row.tenant_id, "event_type": f"{kind}.dropped", "entity_type": kind,
+                           "entity_id": row.id, "actor": actor, "request_id": None, "payload": {"butler": row.butler}})
     repo.record_events(conn, events)
     return out

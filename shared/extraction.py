@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 

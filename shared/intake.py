@@ -55,7 +55,6 @@ def payload_hash(kind: str, payload: dict[str, Any]) -> str:
 
 def accept(
     conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], actor: str, request_id: str | None,
-    now: datetime,
 ) -> list[Accepted]:
     """Record writes durably (in the caller's transaction), in order; replays return their first id.
 
@@ -83,7 +82,7 @@ def accept(
             fresh.append(w)
     assigned = _assign(conn, tenant_id=tenant_id, writes=fresh,
                        hashes={id(w): h for w, h in zip(writes, hashes, strict=True)},
-                       actor=actor, request_id=request_id, now=now)
+                       actor=actor, request_id=request_id)
     out: list[Accepted] = []
     for i, w in enumerate(writes):
         key = (w.butler, w.idempotency_key) if w.idempotency_key else None
@@ -121,7 +120,7 @@ def _conflict(index: int, writes: Sequence[WriteRequest], used_by: str) -> Idemp
 
 def _assign(
     conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], hashes: dict[int, str], actor: str,
-    request_id: str | None, now: datetime,
+    request_id: str | None,
 ) -> dict[Any, Accepted]:
     """Allocate gap-free sequences per butler (row-locking the counter until commit) and insert the intents."""
     by_butler: dict[str, list[WriteRequest]] = {}
@@ -144,7 +143,9 @@ def _assign(
             rows.append({"id": accepted.id, "tenant_id": tenant_id, "butler": butler, "seq": accepted.seq,
                          "kind": w.kind, "payload": w.payload, "idempotency_key": w.idempotency_key,
                          "payload_hash": hashes[id(w)], "request_id": request_id, "actor": actor,
-                         "created_at": now})
+                         # The accept time is the database's clock, never the front's: a fact's "is it late?"
+                         # check (shared.writes.store_fact) orders writes by it, and fronts' clocks differ.
+                         "created_at": func.clock_timestamp()})
     if rows:
         inserted = conn.execute(
             pg_insert(write_intents).values(rows).on_conflict_do_nothing(

@@ -228,9 +228,12 @@ def decay_sweep(engine: Engine, *, now: datetime, settings: Settings, batch: int
         return result
 
 
+# A dead-lettered episode is not deleted at its TTL: it waits for a redrive or a drop until dead_before.
 EXPIRED_SQL = """
 WITH victims AS (
-    SELECT id FROM episodes WHERE expires_at < :now ORDER BY expires_at LIMIT :batch FOR UPDATE SKIP LOCKED),
+    SELECT id FROM episodes WHERE expires_at < :now
+        AND (consolidation_status <> 'dead_letter' OR created_at < :dead_before)
+    ORDER BY expires_at LIMIT :batch FOR UPDATE SKIP LOCKED),
 deleted AS (DELETE FROM episodes e USING victims v WHERE e.id = v.id RETURNING e.tenant_id),
 events AS (
     INSERT INTO memory_events (tenant_id, event_type, entity_type, actor, payload)
@@ -260,9 +263,36 @@ events AS (
 SELECT count(*) FROM deleted"""
 
 
-def delete_expired_batch(conn: Connection, *, now: datetime, batch: int) -> int:
-    """Delete up to ``batch`` episodes whose expires_at has passed, whatever their status; one event per tenant."""
-    return conn.execute(text(EXPIRED_SQL), {"now": now, "batch": batch, "actor": CLEANUP_ACTOR}).scalar_one()
+# The outbox's retention: applied intents after intents_retention_days, dead-lettered ones (never applied) after
+# dead_letters_retention_days. Their payload is the write's text; nothing else needs them once applied.
+INTENTS_SQL = """
+WITH victims AS (
+    SELECT id FROM write_intents
+    WHERE (status = 'applied' AND applied_at < :applied_before)
+       OR (status = 'dead_letter' AND created_at < :dead_before)
+    LIMIT :batch FOR UPDATE SKIP LOCKED),
+deleted AS (DELETE FROM write_intents w USING victims v WHERE w.id = v.id RETURNING w.tenant_id, w.status),
+events AS (
+    INSERT INTO memory_events (tenant_id, event_type, entity_type, actor, payload)
+    SELECT tenant_id, 'write_intents.cleaned', 'write_intent', :actor,
+           jsonb_build_object('count', count(*), 'dead_letters', count(*) FILTER (WHERE status = 'dead_letter'))
+    FROM deleted GROUP BY tenant_id RETURNING 1)
+SELECT count(*) FROM deleted"""
+
+
+def delete_expired_batch(conn: Connection, *, now: datetime, batch: int, dead_before: datetime) -> int:
+    """Delete up to ``batch`` episodes whose expires_at has passed (a dead letter only once it was accepted before
+    ``dead_before``); one event per tenant."""
+    return conn.execute(text(EXPIRED_SQL), {"now": now, "batch": batch, "actor": CLEANUP_ACTOR,
+                                            "dead_before": dead_before}).scalar_one()
+
+
+def delete_old_intents_batch(conn: Connection, *, applied_before: datetime, dead_before: datetime,
+                             batch: int) -> int:
+    """Delete up to ``batch`` write intents applied before ``applied_before`` or dead-lettered and accepted
+    before ``dead_before``; pending ones are never touched. One event per tenant."""
+    return conn.execute(text(INTENTS_SQL), {"applied_before": applied_before, "dead_before": dead_before,
+                                            "batch": batch, "actor": CLEANUP_ACTOR}).scalar_one()
 
 
 def evict_over_capacity_batch(conn: Connection, *, max_entries: int, batch: int) -> int:
@@ -283,24 +313,30 @@ def _drain(engine: Engine, step: Callable[[Connection], int], *, batch: int) -> 
 
 
 def episode_cleanup(engine: Engine, *, now: datetime, settings: Settings, batch: int = CLEANUP_BATCH) -> dict[str, Any]:
-    """Expired episodes go, then the oldest consolidated beyond max_entries; unexpired unconsolidated ones stay."""
+    """Expired episodes go (dead letters only after their own retention), then the oldest consolidated beyond
+    max_entries, then write intents past their retention; unexpired unconsolidated episodes stay."""
     with exclusive(engine, "episode_cleanup") as got:
         if not got:
             return {"skipped": "already running"}
         started = time.monotonic()
-        expired, b1 = _drain(engine, lambda c: delete_expired_batch(c, now=now, batch=batch), batch=batch)
+        dead_before = now - timedelta(days=settings.schedule.dead_letters_retention_days)
+        expired, b1 = _drain(engine, lambda c: delete_expired_batch(c, now=now, batch=batch, dead_before=dead_before),
+                             batch=batch)
         max_entries = settings.memory.episodes.max_entries
         evicted, b2 = _drain(
             engine, lambda c: evict_over_capacity_batch(c, max_entries=max_entries, batch=batch), batch=batch,
         )
+        applied_before = now - timedelta(days=settings.schedule.intents_retention_days)
+        intents, b3 = _drain(engine, lambda c: delete_old_intents_batch(
+            c, applied_before=applied_before, dead_before=dead_before, batch=batch), batch=batch)
         with engine.begin() as conn:
             runs = conn.execute(text("DELETE FROM maintenance_runs WHERE started_at < CAST(:before AS timestamptz)"),
                                 {"before": now - timedelta(days=settings.schedule.runs_retention_days)}).rowcount
             kept_for = timedelta(days=settings.api.feedback_key_retention_days)
             feedback_keys = receipts.prune(conn, before=now - kept_for)
-        result = {"expired_deleted": expired, "capacity_deleted": evicted, "batches": b1 + b2,
-                  "maintenance_runs_deleted": runs, "feedback_receipts_deleted": feedback_keys,
-                  "seconds": round(time.monotonic() - started, 3)}
+        result = {"expired_deleted": expired, "capacity_deleted": evicted, "intents_deleted": intents,
+                  "batches": b1 + b2 + b3, "maintenance_runs_deleted": runs,
+                  "feedback_receipts_deleted": feedback_keys, "seconds": round(time.monotonic() - started, 3)}
         log.info("episode_cleanup done", extra=result)
         return result
 

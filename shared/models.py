@@ -47,6 +47,18 @@ api_tokens = Table(
     Column("role", Text, nullable=False),
     _ts("created_at", nullable=False),
     _ts("revoked_at"),
+    _ts("expires_at"),
+)
+
+# A purged tenant's tombstone: kept outside the tenant (no foreign key), the audit of its erasure.
+tenant_purges = Table(
+    "tenant_purges", metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("tenant_id", Text, nullable=False),
+    Column("requested_by", Text, nullable=False),
+    _ts("started_at", nullable=False),
+    _ts("finished_at"),
+    Column("counts", JSONB, nullable=False),
 )
 
 embedding_versions = Table(

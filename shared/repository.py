@@ -107,6 +107,11 @@ def current_facts_for_key(
     ).mappings())
 
 
+def database_now(conn: Connection) -> datetime:
+    """The database's clock: what orders writes that fronts stamp (their own clocks may differ)."""
+    return conn.execute(select(func.clock_timestamp())).scalar_one()
+
+
 def exists(conn: Connection, *, kind: str, entity_id: uuid.UUID) -> bool:
     table = MEMORY_TABLES[kind]
     return conn.execute(select(func.count()).where(table.c.id == entity_id)).scalar_one() > 0

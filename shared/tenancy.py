@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from shared.errors import InvalidInput, PermissionDenied
@@ -46,6 +46,7 @@ class TokenInfo:
     role: str
     created_at: datetime
     revoked_at: datetime | None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,11 @@ class Principal:
     butlers: tuple[str, ...]
     role: str
     token_id: uuid.UUID | None
+    expires_at: datetime | None = None  # the token stops working then (None: until revoked)
+
+    def expired(self, now: datetime) -> bool:
+        """True once the token's expiry has passed (a cached principal must not outlive its token)."""
+        return self.expires_at is not None and self.expires_at <= now
 
     @property
     def is_admin(self) -> bool:
@@ -125,19 +131,24 @@ def ensure_tenant(conn: Connection, *, tenant_id: str) -> None:
 
 
 def create_token(
-    conn: Connection, *, tenant_id: str, name: str, butlers: Sequence[str], role: Role
+    conn: Connection, *, tenant_id: str, name: str, butlers: Sequence[str], role: Role,
+    expires_at: datetime | None = None,
 ) -> tuple[uuid.UUID, str]:
-    """Store a new token's hash; return (token_id, plaintext). The plaintext is not recoverable later."""
+    """Store a new token's hash; return (token_id, plaintext). The plaintext is not recoverable later.
+    With ``expires_at`` the token stops resolving at that time (checked against the database's clock)."""
     checked = _checked_butlers(butlers)
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {ROLES}, got {role!r}", field="role")
     if not 1 <= len(name) <= 200:
         raise InvalidInput("name must be 1 to 200 characters", field="name")
     _check_name(tenant_id, field="tenant_id")
+    if expires_at is not None and expires_at.tzinfo is None:
+        raise InvalidInput("expires_at must carry a time zone", field="expires_at")
     token_id, token = uuid.uuid4(), new_token()
     conn.execute(
         api_tokens.insert().values(
-            id=token_id, tenant_id=tenant_id, name=name, token_hash=hash_token(token), butlers=checked, role=role
+            id=token_id, tenant_id=tenant_id, name=name, token_hash=hash_token(token), butlers=checked, role=role,
+            expires_at=expires_at,
         )
     )
     return token_id, token
@@ -147,14 +158,14 @@ def list_tokens(conn: Connection, *, tenant_id: str | None = None) -> list[Token
     """Every token (revoked ones included), oldest first; never the hashes."""
     query = select(
         api_tokens.c.id, api_tokens.c.tenant_id, api_tokens.c.name, api_tokens.c.butlers,
-        api_tokens.c.role, api_tokens.c.created_at, api_tokens.c.revoked_at,
+        api_tokens.c.role, api_tokens.c.created_at, api_tokens.c.revoked_at, api_tokens.c.expires_at,
     ).order_by(api_tokens.c.created_at, api_tokens.c.id)
     if tenant_id is not None:
         query = query.where(api_tokens.c.tenant_id == tenant_id)
     return [
         TokenInfo(
             id=row.id, tenant_id=row.tenant_id, name=row.name, butlers=tuple(row.butlers),
-            role=row.role, created_at=row.created_at, revoked_at=row.revoked_at,
+            role=row.role, created_at=row.created_at, revoked_at=row.revoked_at, expires_at=row.expires_at,
         )
         for row in conn.execute(query)
     ]
@@ -172,17 +183,20 @@ def revoke_token(conn: Connection, *, token_id: uuid.UUID) -> bool:
 
 
 def resolve_token(conn: Connection, *, token: str) -> Principal | None:
-    """The principal of a live token; None for an unknown or revoked one."""
+    """The principal of a live token; None for an unknown, revoked or expired one (expiry by the database's clock)."""
     if not well_formed(token):
         return None
     row = conn.execute(
-        select(api_tokens.c.id, api_tokens.c.tenant_id, api_tokens.c.butlers, api_tokens.c.role).where(
-            api_tokens.c.token_hash == hash_token(token), api_tokens.c.revoked_at.is_(None)
+        select(api_tokens.c.id, api_tokens.c.tenant_id, api_tokens.c.butlers, api_tokens.c.role,
+               api_tokens.c.expires_at).where(
+            api_tokens.c.token_hash == hash_token(token), api_tokens.c.revoked_at.is_(None),
+            or_(api_tokens.c.expires_at.is_(None), api_tokens.c.expires_at > func.now()),
         )
     ).first()
     if row is None:
         return None
-    return Principal(tenant_id=row.tenant_id, butlers=tuple(row.butlers), role=row.role, token_id=row.id)
+    return Principal(tenant_id=row.tenant_id, butlers=tuple(row.butlers), role=row.role, token_id=row.id,
+                     expires_at=row.expires_at)
 
 
 def ensure_dev_token(conn: Connection, *, tenant_id: str, token_file: Path) -> str:

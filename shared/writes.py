@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, RowMapping
 
+from shared import forgetting
 from shared import repository as repo
 from shared.config import RuleSettings
 from shared.context import content_tokens
@@ -289,10 +290,14 @@ def forget(
         check_transition("fact", row["validity"], "retracted")
         values = {"validity": "retracted"}
     repo.update_row(conn, kind=kind, entity_id=entity_id, values=values)
+    # The text leaves the outbox and the audit trail at once; the memory itself stays restorable.
+    scrubbed = forgetting.scrub_traces(conn, tenant_id=tenant_id, kind=kind, entity_id=entity_id)
     repo.record_event(conn, tenant_id=tenant_id, event_type=f"{kind}.forgotten", entity_type=kind,
                       entity_id=entity_id, actor=actor.name, request_id=actor.request_id,
                       payload={"from_validity": row.get("validity")})
-    return {"id": str(entity_id), "forgotten": True}
+    retracted = forgetting.retract_derived(conn, tenant_id=tenant_id, episode_id=entity_id, actor=actor.name,
+                                           request_id=actor.request_id) if kind == "episode" else []
+    return {"id": str(entity_id), "forgotten": True, "retracted": retracted, **scrubbed}
 
 
 def restore(
@@ -313,7 +318,9 @@ def restore(
     repo.update_row(conn, kind=kind, entity_id=entity_id, values=values)
     repo.record_event(conn, tenant_id=tenant_id, event_type=f"{kind}.restored", entity_type=kind,
                       entity_id=entity_id, actor=actor.name, request_id=actor.request_id)
-    return {"id": str(entity_id), "restored": True}
+    derived = forgetting.restore_derived(conn, tenant_id=tenant_id, episode_id=entity_id, actor=actor.name,
+                                         request_id=actor.request_id) if kind == "episode" else {}
+    return {"id": str(entity_id), "restored": True, **derived}
 
 
 def _tokens(contents: Sequence[str]) -> list[int]:

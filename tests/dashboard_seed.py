@@ -64,7 +64,7 @@ def episodes(conn, seeded: Seeded, items: list[tuple[str, str, str]], *, now: da
     """(name, butler, content) episodes, one minute apart (the first oldest), each with a real seq."""
     requests = [WriteRequest(kind="episode", butler=butler, payload={}, idempotency_key=None)
                 for _, butler, _ in items]
-    accepted = accept(conn, tenant_id=seeded.tenant, writes=requests, actor="seed", request_id=None, now=now)
+    accepted = accept(conn, tenant_id=seeded.tenant, writes=requests, actor="seed", request_id=None)
     new = [NewEpisode(id=a.id, seq=a.seq, write=EpisodeWrite(content=content, butler=butler, importance=3 + i),
                       request_id=None, accepted_at=now - timedelta(minutes=len(items) - i))
            for i, (a, (_, butler, content)) in enumerate(zip(accepted, items, strict=True))]

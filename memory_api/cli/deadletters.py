@@ -1,7 +1,9 @@
-"""`memory-butler dead-letters list | show | redrive`: what the workers gave up on, and sending it back.
+"""`memory-butler dead-letters list | show | redrive | drop`: what the workers gave up on, sending it back, or
+giving up on it for good.
 
 A dead letter is an episode whose consolidation failed ``consolidation.max_attempts`` times, or a write
-intent the worker could not apply. ``redrive`` makes it pending again (attempts reset) and wakes the worker.
+intent the worker could not apply. ``redrive`` makes it pending again (attempts reset) and wakes the worker;
+``drop`` deletes it. Dead letters nobody decides on are kept for ``schedule.dead_letters_retention_days``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterable
 
 from memory_api.cli.stack import add_data_dir_option, command_transaction, guarded, settings_for
 from shared.config import Settings
-from shared.deadletters import DeadLetter, Redriven, list_dead_letters, redrive, show_dead_letter
+from shared.deadletters import DeadLetter, Redriven, drop, list_dead_letters, redrive, show_dead_letter
 from shared.errors import Unavailable
 
 ACTOR = "cli:dead-letters"
@@ -72,6 +74,24 @@ def cmd_redrive(args: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
+def cmd_drop(args: argparse.Namespace) -> int:
+    if bool(args.ids) == bool(args.all):
+        print("memory-butler dead-letters drop: give IDs or --all (not both)", file=sys.stderr)
+        return 2
+    if args.all and not args.yes:
+        print("memory-butler dead-letters drop --all: deletes every dead letter"
+              f"{' of ' + repr(args.tenant) if args.tenant else ''} for good; add --yes to do it", file=sys.stderr)
+        return 2
+    with command_transaction(settings_for(args)) as conn:
+        done = drop(conn, ids=args.ids or None, tenant_id=args.tenant, actor=ACTOR)
+    episodes = sum(1 for r in done if r.kind == "episode")
+    print(f"dropped: {episodes} episode(s), {len(done) - episodes} write intent(s)")
+    missing = set(args.ids or ()) - {r.id for r in done}
+    for entity_id in sorted(missing, key=str):
+        print(f"not a dead letter (or unknown): {entity_id}", file=sys.stderr)
+    return 1 if missing else 0
+
+
 def _wake(done: Iterable[Redriven], settings: Settings) -> None:
     """Wake each key once; if Redis is down the sweeps find the pending work anyway."""
     from memory_workers.enqueue import wake_apply, wake_consolidate  # the workers' enqueue surface
@@ -90,7 +110,7 @@ def _wake(done: Iterable[Redriven], settings: Settings) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "dead-letters", help="list, show or redrive what the workers gave up on",
+        "dead-letters", help="list, show, redrive or drop what the workers gave up on",
         description="Episodes whose consolidation and write intents whose apply failed too often.",
     )
     sub = parser.add_subparsers(dest="dead_letters_command", metavar="ACTION", required=True)
@@ -112,5 +132,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     again.add_argument("--tenant", help="with --all: only this tenant's; with IDs: only if they are this tenant's")
     again.set_defaults(func=guarded("dead-letters", cmd_redrive))
 
-    for p in (listing, show, again):
+    gone = sub.add_parser("drop", help="delete dead letters for good (no redrive possible afterwards)")
+    gone.add_argument("ids", nargs="*", type=uuid.UUID, metavar="ID")
+    gone.add_argument("--all", action="store_true", help="every dead letter (of --tenant, if given); needs --yes")
+    gone.add_argument("--tenant", help="with --all: only this tenant's; with IDs: only if they are this tenant's")
+    gone.add_argument("--yes", action="store_true", help="confirm --all")
+    gone.set_defaults(func=guarded("dead-letters", cmd_drop))
+
+    for p in (listing, show, again, gone):
         add_data_dir_option(p)

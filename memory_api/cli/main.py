@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "memory_api.cli.stack",      # up, down, status
     "memory_api.cli.admin",      # migrate, reembed
     "memory_api.cli.tokens",     # tokens create|list|revoke
+    "memory_api.cli.tenants",    # tenants purge
     "memory_api.cli.serve",      # serve (the MCP front)
     "memory_api.cli.deadletters",  # dead-letters list|show|redrive
     "memory_api.cli.loadtest",   # loadtest burst

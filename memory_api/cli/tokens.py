@@ -3,22 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import uuid
+from datetime import datetime, timedelta, timezone
 
 from memory_api.cli.stack import add_data_dir_option, command_transaction, guarded, settings_for
 from shared import tenancy
 
 
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def duration(value: str) -> timedelta:
+    """'90s', '30m', '12h', '30d', '2w': a positive lifetime for a token."""
+    match = DURATION.match(value.strip())
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: a positive duration such as 30m, 12h, 30d or 2w")
+    return timedelta(**{UNITS[match.group(2)]: float(match.group(1))})
+
+
 def cmd_create(args: argparse.Namespace) -> int:
     settings = settings_for(args)
     tenant_id = args.tenant or settings.tenant_id
+    expires_at = datetime.now(timezone.utc) + args.expires_in if args.expires_in else None
     with command_transaction(settings) as conn:
         tenancy.ensure_tenant(conn, tenant_id=tenant_id)
         token_id, token = tenancy.create_token(
-            conn, tenant_id=tenant_id, name=args.name, butlers=args.butler, role=args.role
+            conn, tenant_id=tenant_id, name=args.name, butlers=args.butler, role=args.role, expires_at=expires_at
         )
     print(f"token id  {token_id}\ntenant    {tenant_id}\nrole      {args.role}\nbutlers   {', '.join(args.butler)}")
+    print(f"expires   {expires_at:%Y-%m-%d %H:%M:%S%z}" if expires_at else "expires   never (until revoked)")
     print(f"\n{token}\n\nThis is the only time the token is shown; store it now. Send it as 'Authorization: Bearer <token>'.")
     return 0
 
@@ -30,11 +46,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not tokens:
         print("no tokens")
         return 0
-    print(f"{'id':<36}  {'tenant':<16} {'name':<20} {'role':<6} {'created':<19} {'revoked':<19} butlers")
+    print(f"{'id':<36}  {'tenant':<16} {'name':<20} {'role':<6} {'created':<19} {'revoked':<19} {'expires':<19} "
+          "butlers")
     for t in tokens:
         revoked = t.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if t.revoked_at else "-"
+        expires = t.expires_at.strftime("%Y-%m-%d %H:%M:%S") if t.expires_at else "-"
         print(f"{t.id!s:<36}  {t.tenant_id:<16} {t.name:<20} {t.role:<6} "
-              f"{t.created_at:%Y-%m-%d %H:%M:%S} {revoked:<19} {','.join(t.butlers)}")
+              f"{t.created_at:%Y-%m-%d %H:%M:%S} {revoked:<19} {expires:<19} {','.join(t.butlers)}")
     return 0
 
 
@@ -65,6 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument("--role", choices=tenancy.ROLES, default="butler",
                         help="butler (read/write memory), admin (also operations, its tenant's /metrics) or "
                              "operator (every tenant's /metrics and nothing else); default butler")
+    create.add_argument("--expires-in", type=duration, metavar="DURATION",
+                        help="the token stops working after this long, e.g. 12h, 30d, 2w (default: never)")
     create.set_defaults(func=guarded("tokens", cmd_create))
 
     listing = sub.add_parser("list", help="list tokens (never the secrets)")

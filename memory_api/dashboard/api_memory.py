@@ -51,7 +51,7 @@ async def edit_fact(call: ApiCall) -> dict[str, Any]:
     embedder = get_query_embedder()
     return await call.write(lambda conn: curation.edit_fact(
         conn, tenant_id=call.tenant, fact_id=fact_id, changes=call.body.changes(), visibility=visibility,
-        actor=call.actor(), now=utcnow(), embed=embedder.embed_one, version=embedder.version))
+        actor=call.actor(), embed=embedder.embed_one, version=embedder.version))
 
 
 async def _lifecycle(call: ApiCall, kind: str, action: Literal["forget", "restore", "confirm"]) -> dict[str, Any]:

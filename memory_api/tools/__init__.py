@@ -9,7 +9,7 @@ from typing import Any
 
 from mcp_types import ToolAnnotations
 
-from memory_api.tools import context, feedback, ops, reading, writing
+from memory_api.tools import context, erasure, feedback, ops, reading, writing
 from memory_api.tools.runtime import ClassifiedTool
 
 READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -40,7 +40,8 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
     (feedback.memory_restore, "Restore a forgotten memory", _write(idempotent=True, destructive=False)),
     (ops.memory_stats, "Memory health", READ),
     (ops.memory_activity_stream, "Audit trail", READ),
-    (ops.memory_dead_letters, "Dead letters (admin)", _write(idempotent=False, destructive=False)),
+    (ops.memory_dead_letters, "Dead letters (admin)", _write(idempotent=False, destructive=True)),
+    (erasure.memory_purge_tenant, "Erase this tenant (admin)", _write(idempotent=False, destructive=True)),
 )
 
 

@@ -113,7 +113,8 @@ async def memory_mark_harmful(
 @tool_call
 async def memory_forget(ctx: Context, type: TypeArg, id: MemoryId, request_context: Lineage | None = None) -> Lifecycle:
     """Soft-delete a memory that is wrong or must not be used any more: it leaves search, recall and context
-    at once (a fact becomes retracted). Recoverable with memory_restore; audited."""
+    at once (a fact becomes retracted), its text leaves the write log and the audit trail, and facts and rules
+    learned only from a forgotten episode are retracted with it. Recoverable with memory_restore; audited."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
     await _in_transaction(call, lambda conn: writes.forget(
@@ -124,8 +125,9 @@ async def memory_forget(ctx: Context, type: TypeArg, id: MemoryId, request_conte
 
 @tool_call
 async def memory_restore(ctx: Context, type: TypeArg, id: MemoryId, request_context: Lineage | None = None) -> Lifecycle:
-    """Undo memory_forget. A fact comes back only if no other fact is active for its subject and predicate
-    (else integrity_violation: forget or supersede that one first)."""
+    """Undo memory_forget (what an episode's forget retracted comes back with it). A fact comes back only if no
+    other fact is active for its subject and predicate (else integrity_violation: forget or supersede that one
+    first)."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
     await _in_transaction(call, lambda conn: writes.restore(

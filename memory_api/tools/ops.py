@@ -14,7 +14,7 @@ from memory_api.tools.params import MAX_ACTIVITY, Lineage, MemoryType, ReadScope
 from memory_api.tools.results import Activity, DeadLetters, Event, Stats
 from memory_api.tools.runtime import Call, current_call, tool_call
 from shared.db import unit_of_work
-from shared.deadletters import Redriven, list_dead_letters, redrive, show_dead_letter
+from shared.deadletters import Redriven, drop, list_dead_letters, redrive, show_dead_letter
 from shared.errors import InvalidInput, NotFound
 
 DEFAULT_ACTIVITY = 100
@@ -88,19 +88,21 @@ def _event(row: dict[str, Any]) -> Event:
 @tool_call
 async def memory_dead_letters(
     ctx: Context,
-    action: Annotated[Literal["list", "show", "redrive"], Field(description=(
-        "'list' the tenant's dead letters (oldest first), 'show' one with its last error and full content, or "
-        "'redrive' one (or, with no id, all of them) back to pending and wake the workers."))],
-    id: Annotated[uuid.UUID, Field(description="The dead episode's or write intent's id (show; redrive one).")]
+    action: Annotated[Literal["list", "show", "redrive", "drop"], Field(description=(
+        "'list' the tenant's dead letters (oldest first), 'show' one with its last error and full content, "
+        "'redrive' one (or, with no id, all of them) back to pending and wake the workers, or 'drop' one "
+        "(id required): delete it for good."))],
+    id: Annotated[uuid.UUID, Field(description="The dead episode's or write intent's id (show; redrive or drop one).")]
     | None = None,
     request_context: Lineage | None = None,
 ) -> DeadLetters:
     """Operator tool (admin token): episodes whose consolidation and writes whose apply failed every retry end
-    as dead letters instead of vanishing. Inspect them and, once the cause is fixed, redrive them."""
+    as dead letters instead of vanishing, and stay until redriven or dropped (or their long retention ends).
+    Inspect them and, once the cause is fixed, redrive them; drop what should never be applied."""
     call = current_call()
     access.require_admin(call.principal, "memory_dead_letters")
-    if action == "show" and id is None:
-        raise InvalidInput("id: required to show a dead letter", field="id")
+    if action in ("show", "drop") and id is None:
+        raise InvalidInput(f"id: required to {action} a dead letter", field="id")
     engine, tenant = call.services.engine, call.tenant
 
     def work() -> list[Any]:
@@ -110,6 +112,8 @@ async def memory_dead_letters(
             if action == "show":
                 letter = show_dead_letter(conn, entity_id=id)
                 return [letter] if letter is not None and letter.tenant_id == tenant else []
+            if action == "drop":
+                return drop(conn, ids=[id], tenant_id=tenant, actor=call.actor().name)
             return redrive(conn, ids=[id] if id else None, tenant_id=tenant, actor=call.actor().name)
 
     found = await call.write(work)
@@ -117,6 +121,7 @@ async def memory_dead_letters(
         raise NotFound(f"no dead letter with id {id} in this tenant", field="id")
     if action == "redrive":
         _wake_redriven(call, found)
+    if action in ("redrive", "drop"):
         return DeadLetters(action=action, items=[_redriven(r) for r in found], request_id=call.request_id)
     return DeadLetters(action=action, items=[d.as_dict() for d in found], request_id=call.request_id)
 

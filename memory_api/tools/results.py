@@ -120,6 +120,16 @@ class Activity(_Degradable):
 
 
 class DeadLetters(_Result):
-    action: Literal["list", "show", "redrive"]
+    action: Literal["list", "show", "redrive", "drop"]
     items: list[dict[str, Any]] = Field(description=(
-        "list: the dead letters; show: the one asked for (with its error and content); redrive: what was re-queued."))
+        "list: the dead letters; show: the one asked for (with its error and content); redrive: what was re-queued; "
+        "drop: what was deleted."))
+
+
+class Purged(_Result):
+    """A tenant erased: every row of it is gone; the tombstone (purge_id) is what remains, outside the tenant."""
+
+    status: Literal["purged"] = "purged"
+    tenant: str
+    purge_id: int
+    counts: dict[str, int] = Field(description="Rows deleted, by table.")

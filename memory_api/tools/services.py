@@ -54,6 +54,7 @@ class Services:
     auth_limiter: anyio.CapacityLimiter | None = None
     metrics: ToolMetrics = field(default_factory=lambda: ToolMetrics())
     token_limits: TokenLimits | None = None
+    token_cache: Any = None                     # memory_api.server.TokenCache (a purge evicts its tenant)
 
     def __post_init__(self) -> None:
         if self.token_limits is None:

@@ -51,7 +51,7 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
             for attempt in retrying:
                 with attempt, unit_of_work(engine) as conn:
                     return intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
-                                         request_id=call.request_id, now=utcnow())
+                                         request_id=call.request_id)
         except intake.ConcurrentReplay:
             raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None
         raise AssertionError("unreachable")

@@ -90,3 +90,32 @@ def test_dead_letters_list_show_redrive(worker, api_settings, front: Front, engi
     assert applied(admin, "episode", out["id"])["content"] == "Poisoned once"
     assert admin.error("memory_dead_letters", action="show")["field"] == "id"
     assert admin.error("memory_dead_letters", action="redrive", id=str(uuid.uuid4()))["error"] == "not_found"
+
+
+def test_a_dead_letter_stays_until_dropped_and_drop_deletes_it(worker, api_settings, front: Front, engine: Engine,
+                                                               tenant_a: str, admin: Butler, health: Butler) -> None:
+    # given a write the worker gave up on
+    dead_broker = api_settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    with Front(dead_broker) as lonely:
+        out = Butler(lonely.url, admin.token).ok("memory_store_episode", content="Never to be applied",
+                                                 butler="health")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE write_intents SET status = 'dead_letter', attempts = 5, last_error = 'boom' "
+                          "WHERE id = :i"), {"i": out["id"]})
+    # when another tenant's admin or a butler token tries to drop it, then it is refused and kept
+    other = Butler(front.url, new_token(engine, new_tenant(engine), ["*"], role="admin"))
+    assert other.error("memory_dead_letters", action="drop", id=out["id"])["error"] == "not_found"
+    assert health.error("memory_dead_letters", action="drop", id=out["id"])["error"] == "permission_denied"
+    assert admin.error("memory_dead_letters", action="drop")["field"] == "id"
+    assert [d["id"] for d in admin.ok("memory_dead_letters", action="list")["items"]] == [out["id"]]
+    # when its tenant's admin drops it
+    dropped = admin.ok("memory_dead_letters", action="drop", id=out["id"])
+    # then it is gone for good, with an audit event (no content)
+    assert dropped["items"] == [{"kind": "write_intent", "id": out["id"], "butler": "health"}]
+    assert admin.ok("memory_dead_letters", action="list")["items"] == []
+    assert admin.error("memory_dead_letters", action="drop", id=out["id"])["error"] == "not_found"
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM write_intents WHERE id = :i"), {"i": out["id"]}).scalar() == 0
+        [(event, payload)] = conn.execute(text("SELECT event_type, payload FROM memory_events WHERE entity_id = :i"),
+                                          {"i": out["id"]}).all()
+    assert (event, payload) == ("write_intent.dropped", {"butler": "health"})

@@ -76,3 +76,25 @@ def test_feedback_on_an_accepted_but_unapplied_write_is_pending(api_settings, en
 
 def _recalled(butler: Butler) -> list[str]:
     return [h["id"] for h in butler.ok("memory_recall", topic="where does the user live", limit=50)["results"]]
+
+
+def test_forgetting_an_episode_takes_its_text_out_of_the_write_log_and_audit_trail(
+        worker, health: Butler, engine: Engine, tenant_a: str) -> None:
+    # given an episode stored through the front and applied
+    out = health.ok("memory_store_episode", content="My bank PIN is 4711, do not tell anyone", butler="health",
+                    idempotency_key="pin-1")
+    applied(health, "episode", out["id"])
+    # when it is forgotten
+    health.ok("memory_forget", type="episode", id=out["id"])
+    # then its accepted write keeps its id and key but not the text, and no event about it holds the text
+    with engine.connect() as conn:
+        intent = conn.execute(text("SELECT payload, idempotency_key, status FROM write_intents WHERE id = :i"),
+                              {"i": out["id"]}).one()
+        events = conn.execute(text("SELECT event_type, payload::text FROM memory_events WHERE tenant_id = :t "
+                                   "AND entity_id = :i ORDER BY id"), {"t": tenant_a, "i": out["id"]}).all()
+    assert tuple(intent) == ({"scrubbed": True}, "pin-1", "applied")
+    assert [e for e, _ in events][-1] == "episode.forgotten" and not any("4711" in p for _, p in events)
+    # and a replay of the same key answers the same id without writing the text again
+    again = health.ok("memory_store_episode", content="My bank PIN is 4711, do not tell anyone", butler="health",
+                      idempotency_key="pin-1")
+    assert (again["id"], again["replayed"]) == (out["id"], True)

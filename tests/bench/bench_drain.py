@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import text
@@ -64,8 +63,7 @@ def accept_all(engine, texts: list[str], tenants: int, butlers: int) -> list[tup
                 WriteRequest("episode", butler, {"content": body, "butler": butler}, None))
         with engine.begin() as conn:
             for tenant, writes in by_tenant.items():
-                accept(conn, tenant_id=tenant, writes=writes, actor="bench", request_id=None,
-                       now=datetime.now(timezone.utc))
+                accept(conn, tenant_id=tenant, writes=writes, actor="bench", request_id=None)
     return keys
 
 

@@ -36,7 +36,6 @@ import re
 import sys
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone

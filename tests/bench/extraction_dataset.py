@@ -13,7 +13,7 @@ reported. The rest (60 %) is ``dev``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)

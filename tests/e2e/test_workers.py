@@ -14,7 +14,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -123,8 +122,7 @@ def accept(engine: Any, tenant_id: str, butler: str, contents: Sequence[str]) ->
     requests = [intake.WriteRequest("episode", butler, EpisodeWrite(content=c, butler=butler).model_dump(mode="json"),
                                     None) for c in contents]
     with unit_of_work(engine) as conn:
-        intake.accept(conn, tenant_id=tenant_id, writes=requests, actor="e2e", request_id=None,
-                      now=datetime.now(timezone.utc))
+        intake.accept(conn, tenant_id=tenant_id, writes=requests, actor="e2e", request_id=None)
 
 
 def test_2000_episodes_on_4_workers_are_applied_and_consolidated_once_in_order(

@@ -93,8 +93,7 @@ def store_episodes(engine: Any, settings: Settings, embedder: SpyEmbedder, tenan
     requests = [intake.WriteRequest("episode", BUTLER, EpisodeWrite(content=c, butler=BUTLER, occurred_at=occurred_at)
                                     .model_dump(mode="json"), None) for c in contents]
     with unit_of_work(engine) as conn:
-        accepted = intake.accept(conn, tenant_id=tenant_id, writes=requests, actor="test", request_id=None,
-                                 now=datetime.now(timezone.utc))
+        accepted = intake.accept(conn, tenant_id=tenant_id, writes=requests, actor="test", request_id=None)
     apply_pending(Runtime(settings, engine, embedder, HeuristicExtractor()), tenant_id=tenant_id, butler=BUTLER,
                   actor=Actor("worker:test"))
     return [a.id for a in accepted]

@@ -56,8 +56,7 @@ def turn(content: str, session: uuid.UUID | None, minute: int, butler: str = "ge
 
 def store(engine: Any, rt: Runtime, tenant: str, writes: list[intake.WriteRequest]) -> list[uuid.UUID]:
     with unit_of_work(engine) as conn:
-        accepted = intake.accept(conn, tenant_id=tenant, writes=writes, actor="test", request_id=None,
-                                 now=datetime.now(timezone.utc))
+        accepted = intake.accept(conn, tenant_id=tenant, writes=writes, actor="test", request_id=None)
     for butler in {w.butler for w in writes}:
         apply_pending(rt, tenant_id=tenant, butler=butler, actor=ACTOR)
     return [a.id for a in accepted]

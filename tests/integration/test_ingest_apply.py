@@ -8,7 +8,6 @@ import logging
 import math
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -85,8 +84,7 @@ def fact(content: str, *, predicate: str = "home_city", butler: str = "general",
 
 def accept(engine: Any, tenant_id: str, writes: Sequence[intake.WriteRequest]) -> list[intake.Accepted]:
     with unit_of_work(engine) as conn:
-        return intake.accept(conn, tenant_id=tenant_id, writes=writes, actor="test", request_id="req-1",
-                             now=datetime.now(timezone.utc))
+        return intake.accept(conn, tenant_id=tenant_id, writes=writes, actor="test", request_id="req-1")
 
 
 def rows(engine: Any, sql: str, **params: Any) -> list[Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
 
 import numpy as np
 import pytest
@@ -51,7 +50,6 @@ def run(engine: Engine, database_url: str) -> dict:
             payload = EpisodeWrite(content=e.content, butler=e.butler).model_dump(mode="json")
             with unit_of_work(engine) as conn:
                 (a,) = intake.accept(conn, tenant_id=e.tenant_id, actor=e.butler, request_id=None,
-                                     now=datetime.now(timezone.utc),
                                      writes=[WriteRequest("episode", e.butler, payload, e.idempotency_key)])
             accepts.append(Accept(e.tenant_id, e.butler, client, e.position, str(a.id), e.idempotency_key,
                                   0.0, 0.0, 1.0, 1.0, 1, False))

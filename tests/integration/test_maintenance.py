@@ -384,3 +384,53 @@ def test_cleanup_forgets_feedback_keys_after_their_retention(engine):
         kept = conn.execute(text("SELECT idempotency_key FROM feedback_receipts WHERE tenant_id = :t"),
                             {"t": tenant}).scalars().all()
     assert kept == ["fresh"] and result["feedback_receipts_deleted"] >= 1
+
+
+def _intent(conn, tenant, *, status, age_days, applied_days=None, butler="health"):
+    from tests.factories import next_seq
+
+    iid = uuid.uuid4()
+    conn.execute(text(
+        "INSERT INTO write_intents (id, tenant_id, butler, seq, kind, payload, actor, status, created_at, applied_at) "
+        "VALUES (:id, :t, :b, :s, 'episode', '{\"content\": \"private words\"}', 'test', :st, :c, :a)"
+    ), {"id": iid, "t": tenant, "b": butler, "s": next_seq(conn, tenant, butler), "st": status,
+        "c": NOW - timedelta(days=age_days),
+        "a": None if applied_days is None else NOW - timedelta(days=applied_days)})
+    return iid
+
+
+def test_cleanup_keeps_dead_letters_past_the_ttl_until_their_own_retention(engine):
+    settings = load_settings(schedule={"dead_letters_retention_days": 30, "intents_retention_days": 3})
+    with engine.begin() as c:
+        # given dead-lettered episodes past their TTL, one accepted 9 days ago and one 40 days ago
+        tenant = _tenant(c)
+        recent_dead = _episode(c, tenant, status="dead_letter", age_days=9, expires_in_days=-2)
+        old_dead = _episode(c, tenant, status="dead_letter", age_days=40, expires_in_days=-33)
+        expired = _episode(c, tenant, status="consolidated", age_days=9, expires_in_days=-2)
+    # when cleanup runs
+    maintenance.episode_cleanup(engine, now=NOW, settings=settings)
+    # then the recent dead letter waits for a redrive or a drop; the one past its own retention went
+    assert _remaining(engine, tenant) == {recent_dead}
+    assert old_dead not in _remaining(engine, tenant) and expired not in _remaining(engine, tenant)
+
+
+def test_cleanup_deletes_write_intents_past_their_retention(engine):
+    settings = load_settings(schedule={"dead_letters_retention_days": 30, "intents_retention_days": 3})
+    with engine.begin() as c:
+        # given applied intents (5 days and 1 day ago), dead-lettered ones (10 and 40 days old) and an old pending one
+        tenant = _tenant(c)
+        old_applied = _intent(c, tenant, status="applied", age_days=5, applied_days=5)
+        new_applied = _intent(c, tenant, status="applied", age_days=1, applied_days=1)
+        young_dead = _intent(c, tenant, status="dead_letter", age_days=10)
+        old_dead = _intent(c, tenant, status="dead_letter", age_days=40)
+        pending = _intent(c, tenant, status="pending", age_days=40)
+    # when cleanup runs
+    result = maintenance.episode_cleanup(engine, now=NOW, settings=settings)
+    # then the outbox keeps only what is within its retention, and every pending intent
+    with engine.connect() as c:
+        left = set(c.execute(text("SELECT id FROM write_intents WHERE tenant_id = :t"), {"t": tenant}).scalars())
+        events = _events(c, tenant)
+    assert left == {new_applied, young_dead, pending}
+    assert old_applied not in left and old_dead not in left and result["intents_deleted"] >= 2
+    assert [(e.event_type, e.payload) for e in events] == [
+        ("write_intents.cleaned", {"count": 2, "dead_letters": 1})]
