@@ -17,7 +17,7 @@ from memory_api.tools.params import (
 )
 from memory_api.tools.results import AcceptedItem, BatchAccepted, WriteAccepted
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
-from shared import intake
+from shared import intake, protection
 from shared.db import unit_of_work
 from shared.errors import InvalidInput, Unavailable
 from shared.intake import Accepted, WriteRequest
@@ -68,7 +68,15 @@ def _wake(call: Call, butler: str) -> None:
                     extra={"tenant": call.tenant, "butler": butler, "request_id": call.request_id})
 
 
+def _protected(call: Call, write: Any) -> Any:
+    """The write as it may be stored: redacted and, for a listed predicate, sealed (before the outbox row)."""
+    settings = call.services.settings
+    return protection.protect(write, tenant_id=call.tenant, redaction=settings.redaction,
+                              encryption=settings.encryption)
+
+
 async def _store_one(call: Call, kind: str, write: BaseModel, butler: str, key: str | None) -> WriteAccepted:
+    write = _protected(call, write)
     request = WriteRequest(kind=kind, butler=butler, payload=write.model_dump(mode="json"), idempotency_key=key)
     (accepted,) = await _accept(call, [request], actor=butler)
     if accepted.kind != kind:
@@ -170,5 +178,5 @@ def _episode_request(call: Call, index: int, item: EpisodeItem) -> WriteRequest:
                                            importance=item.importance, occurred_at=item.occurred_at))
     except InvalidInput as exc:
         raise InvalidInput(f"episodes.{index}.{exc.message}", field=f"episodes.{index}.{exc.field}") from None
-    return WriteRequest(kind="episode", butler=item.butler, payload=write.model_dump(mode="json"),
+    return WriteRequest(kind="episode", butler=item.butler, payload=_protected(call, write).model_dump(mode="json"),
                         idempotency_key=item.idempotency_key)
