@@ -297,6 +297,10 @@ class EncryptionSettings(_Section):
     keys: dict[str, SecretStr] = {}
     # The key new rows are sealed with (and `encryption rotate` re-seals to).
     active_key: str = ""
+    # The key whose derivation blinds the value part of a sealed set predicate ("allergic_to_<value>" is stored as
+    # "allergic_to_<16 hex>"); "" = active_key. Keep it fixed (and listed) across rotations: blinded predicates must
+    # stay equal for a new fact to supersede an old one.
+    index_key: str = ""
     # Butlers whose tokens read the plaintext ("*" = every caller who may see the fact; an admin token covers every
     # butler). Other callers get the surrogate "[ENCRYPTED <predicate>]".
     readers: list[str] = ["*"]
@@ -309,7 +313,16 @@ class EncryptionSettings(_Section):
             decode_key(secret.get_secret_value(), key_id=key_id)
         if self.predicates and self.active_key not in self.keys:
             raise ValueError(f"active_key {self.active_key!r} must be one of keys when predicates are listed")
+        if self.index_key and self.index_key not in self.keys:
+            raise ValueError(f"index_key {self.index_key!r} must be one of keys")
         return self
+
+    @field_validator("predicates")
+    @classmethod
+    def _normalised(cls, value: list[str]) -> list[str]:
+        from shared.vocabulary import base_predicate
+
+        return [base_predicate(p) for p in value]
 
 
 class Settings(BaseSettings):

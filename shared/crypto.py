@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,9 +57,17 @@ def context(tenant_id: str, predicate: str) -> bytes:
 class Keyring:
     """The configured keys by id, and the one new values are sealed with."""
 
-    def __init__(self, keys: Mapping[str, bytes], active: str) -> None:
+    def __init__(self, keys: Mapping[str, bytes], active: str, index: str = "") -> None:
         self._aead = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self.active = active
+        # Blinding is keyed by a fixed key (not the active one), so the same value blinds the same way after a
+        # rotation; a distinct derivation keeps its MAC apart from the key's AES use.
+        self._index = hashlib.sha256(b"memory-butler/blind-index/v1|" + keys[index or active]).digest()
+
+    def blind(self, value: str, *, aad: bytes) -> str:
+        """A keyed, stable stand-in for a short value (HMAC-SHA256, 16 hex digits): equal values stay equal and
+        distinct ones distinct, but the value cannot be read or guessed from it without the key."""
+        return hmac.new(self._index, aad + b"|" + value.encode(), hashlib.sha256).hexdigest()[:16]
 
     def seal(self, plaintext: str, *, aad: bytes) -> Sealed:
         nonce = os.urandom(NONCE_BYTES)

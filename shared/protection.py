@@ -73,7 +73,7 @@ def _keyring(settings: EncryptionSettings) -> Keyring | None:
     if not settings.keys:
         return None
     keys = {key_id: decode_key(secret.get_secret_value(), key_id=key_id) for key_id, secret in settings.keys.items()}
-    return Keyring(keys, settings.active_key)
+    return Keyring(keys, settings.active_key, settings.index_key)
 
 
 def is_sealed_predicate(settings: EncryptionSettings, predicate: str) -> bool:
@@ -108,9 +108,12 @@ def protect(write: W, *, tenant_id: str, redaction: RedactionSettings, encryptio
     if isinstance(write, FactWrite) and write.sealed is None and is_sealed_predicate(encryption, write.predicate):
         ring = keyring(encryption)
         assert ring is not None, "settings validation requires the active key when predicates are listed"
-        sealed = ring.seal(changes["content"], aad=context(tenant_id, base_predicate(write.predicate)))
+        base = base_predicate(write.predicate)
+        sealed = ring.seal(changes["content"], aad=context(tenant_id, base))
         changes["sealed"] = SealedContent(key_id=sealed.key_id, blob=base64.b64encode(sealed.blob).decode())
-        changes["content"] = surrogate(base_predicate(write.predicate))
+        changes["content"] = surrogate(base)
+        if write.predicate != base:  # a set predicate carries its value's head (allergic_to_penicillin): blind it
+            changes["predicate"] = f"{base}_{ring.blind(write.predicate[len(base) + 1:], aad=context(tenant_id, base))}"
     return write.model_copy(update=changes)
 
 
