@@ -41,7 +41,10 @@ def test_episode_fact_and_rule_are_redacted_before_the_outbox(worker, health: Bu
                      content=f"The user's e-mail address is {MAIL}", scope="health")
     rule = health.ok("memory_store_rule", content="Never paste the key sk-proj-abcdefghijklmnopqrstuvwx0123 in chats",
                      scope="health")
+    batch = health.ok("memory_ingest_batch", episodes=[{"butler": "health", "content": "Call me on +44 20 7946 0958"}])
     # then the outbox rows the front wrote already hold only the placeholders
+    assert "7946" not in _intent_payload(engine, batch["items"][0]["id"])
+    assert applied(health, "episode", batch["items"][0]["id"])["content"] == "Call me on [PHONE]"
     for accepted in (episode, fact, rule):
         payload = _intent_payload(engine, accepted["id"])
         assert MAIL not in payload and "4111" not in payload and "sk-proj" not in payload
@@ -139,3 +142,18 @@ def test_a_sealed_fact_is_encrypted_at_rest_and_opened_only_for_its_readers(
         # and another tenant's id list opens nothing of this tenant
         assert open_facts(conn, tenant_id="someone-else", ids=ids, settings=only_k2) == {}
     assert stale_count(engine, active="k2") == 0
+
+
+def test_dashboard_edits_are_redacted_too(front: Front, engine: Engine, api_settings: Settings) -> None:
+    # given an admin correcting a fact and rewriting a rule on the dashboard with an e-mail address and a card
+    from tests.api.conftest import new_tenant
+    from tests.api.dashboard_client import Dash
+    from tests.dashboard_seed import seed
+
+    seeded = seed(engine, new_tenant(engine), api_settings)
+    admin = Dash(front.base, new_token(engine, seeded.tenant, ["*"], role="admin"))
+    out = admin.ok("PUT", f"/api/memory/facts/{seeded.facts['color']}", json={"content": f"Ask {MAIL} for the color"})
+    admin.ok("PUT", f"/api/memory/rules/{seeded.rules['proven']}", json={"content": f"Pay with {CARD} only"})
+    # then the rows hold the placeholders
+    assert admin.get(f"/api/memory/facts/{out['id']}")["fact"]["content"] == "Ask [EMAIL] for the color"
+    assert admin.get(f"/api/memory/rules/{seeded.rules['proven']}")["rule"]["content"] == "Pay with [CARD] only"
