@@ -27,7 +27,7 @@ from shared.config import EncryptionSettings, RedactionSettings
 from shared.consolidation_plan import Plan
 from shared.crypto import Keyring, Sealed, SealError, context, decode_key
 from shared.redaction import OFF, RedactionPolicy, compile_custom, merge_counts, redact
-from shared.schemas import EpisodeWrite, FactWrite, Hit, RuleWrite, SealedContent
+from shared.schemas import EpisodeWrite, FactWrite, Hit, RuleWrite, SealedContent, parse
 from shared.tenancy import Principal
 from shared.vocabulary import base_predicate
 
@@ -114,7 +114,9 @@ def protect(write: W, *, tenant_id: str, redaction: RedactionSettings, encryptio
         changes["content"] = surrogate(base)
         if write.predicate != base:  # a set predicate carries its value's head (allergic_to_penicillin): blind it
             changes["predicate"] = f"{base}_{ring.blind(write.predicate[len(base) + 1:], aad=context(tenant_id, base))}"
-    return write.model_copy(update=changes)
+    # Validated again (placeholders can be longer than what they replace): the worker re-parses the payload, and a
+    # write that would fail there is refused here, with the field named, before anything is written.
+    return parse(type(write), {**write.model_dump(), **changes})
 
 
 def redaction_counts(write: Any) -> dict[str, int]:

@@ -92,3 +92,16 @@ def test_key_settings_are_checked_at_start() -> None:
     assert load_settings(encryption={"predicates": ["Medical Condition"], "keys": {"k1": K1},
                                      "active_key": "k1"}).encryption.predicates == ["medical_condition"]
     assert K1 not in repr(load_settings(encryption={"keys": {"k1": K1}}))
+
+
+def test_a_write_that_redaction_makes_too_long_is_refused_naming_the_field() -> None:
+    from shared.errors import InvalidInput
+    from shared.schemas import MAX_CONTENT
+
+    # given content at the size limit made of SSNs (11 characters each, "[NATIONAL_ID]" is 13)
+    content = ("123-45-6789 " * (MAX_CONTENT // 12))[:MAX_CONTENT].strip()
+    write = parse(EpisodeWrite, {"content": content, "butler": "health"})
+    # then protecting it is refused as invalid input on content, not stored to fail in the worker
+    with pytest.raises(InvalidInput) as refused:
+        protect(write, tenant_id="t1", redaction=RED, encryption=ENC)
+    assert refused.value.field == "content"
