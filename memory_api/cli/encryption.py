@@ -27,13 +27,21 @@ def cmd_rotate(args: argparse.Namespace) -> int:
         engine = db.make_engine(url)
         try:
             print(f"{stale_count(engine, active=active)} sealed facts to re-seal under key {active!r}")
-            done = sum(rotate(engine, settings=settings.encryption, batch=args.batch))
+            done, skipped = 0, []
+            for progress in rotate(engine, settings=settings.encryption, batch=args.batch):
+                done += progress.rotated
+                skipped += progress.skipped
         except RotationError as exc:
-            print(f"rotation stopped: {exc} (batches before it are committed; configure the key and run again)")
-            return 1
+            print(f"rotation not started: {exc}")
+            return 2
         finally:
             engine.dispose()
-    print(f"{done} sealed facts re-sealed under key {active!r}; the old keys can be removed from encryption.keys")
+    print(f"{done} sealed facts re-sealed under key {active!r}")
+    if skipped:
+        print(f"{len(skipped)} sealed facts do not open with the configured keys and were left as they are "
+              f"(list their old key in encryption.keys and run again), e.g. {', '.join(map(str, skipped[:5]))}")
+        return 1
+    print("every sealed fact is under the active key: the old keys can be removed from encryption.keys")
     return 0
 
 

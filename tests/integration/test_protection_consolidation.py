@@ -75,3 +75,29 @@ def test_an_extractors_facts_rules_and_notes_are_redacted(engine: Any, sealing: 
                                                "WHERE tenant_id = :t AND event_type IN ('fact.stored', 'rule.stored')",
                                        t=t)}
     assert counts == {"fact.stored": {"email": 1}, "rule.stored": {"card": 1}}
+
+
+def test_the_rotate_command_reseals_under_the_active_key(engine: Any, database_url: str, redis_url: str,
+                                                         embedder: SpyEmbedder, monkeypatch: Any,
+                                                         capsys: Any) -> None:
+    from memory_api.cli.main import main
+
+    # given a fact sealed by consolidation under key "old"
+    old, new = new_key(), new_key()
+    settings = load_settings(database_url=database_url, redis_url=redis_url,
+                             encryption={"predicates": ["medical_condition"], "keys": {"old": old}, "active_key": "old"})
+    t = new_tenant(engine)
+    store_episodes(engine, settings, embedder, t, ["I have asthma."])
+    consolidate(engine, settings, embedder, t)
+    [(fact_id, key_id)] = rows(engine, "SELECT id, content_key_id FROM facts WHERE tenant_id = :t", t=t)
+    assert key_id == "old"
+    # when the operator adds key "new", makes it active and runs the command
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("MEMORY_BUTLER_ENCRYPTION__KEYS", json.dumps({"old": old, "new": new}))
+    monkeypatch.setenv("MEMORY_BUTLER_ENCRYPTION__ACTIVE_KEY", "new")
+    monkeypatch.setenv("MEMORY_BUTLER_ENCRYPTION__PREDICATES", '["medical_condition"]')
+    code = main(["encryption", "rotate"])
+    out = capsys.readouterr().out
+    # then the fact is sealed under "new" (rows of other tests under other key material are reported, not touched)
+    assert "re-sealed under key 'new'" in out and code in (0, 1)
+    assert rows(engine, "SELECT content_key_id FROM facts WHERE id = :i", i=fact_id) == [("new",)]
