@@ -14,7 +14,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "MEMORY_BUTLER_"
@@ -270,6 +272,85 @@ class ApiSettings(_Section):
     feedback_key_retention_days: float = Field(7.0, gt=0)
 
 
+REDACTION_DETECTORS = ("secret", "email", "iban", "card", "national_id", "phone")  # shared.redaction.DETECTORS
+Detector = Literal["secret", "email", "iban", "card", "national_id", "phone"]
+
+
+def _check_patterns(patterns: list[str]) -> list[str]:
+    from shared.redaction import compile_custom  # pure; imported here so config stays the root of the graph
+
+    compile_custom(patterns)
+    return patterns
+
+
+class RedactionOverride(_Section):
+    """One tenant's redaction policy: each key given replaces the default's (unset keys inherit it)."""
+
+    enabled: bool | None = None
+    detectors: list[Detector] | None = None
+    custom_patterns: list[str] | None = None
+
+    @field_validator("custom_patterns")
+    @classmethod
+    def _compiles(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else _check_patterns(value)
+
+
+class RedactionSettings(_Section):
+    """Redaction before persistence (shared.redaction, shared.protection): episode, fact and rule content (and a
+    fact's subject, a harmful mark's reason) lose what the detectors find before anything is written."""
+
+    enabled: bool = True
+    detectors: list[Detector] = list(REDACTION_DETECTORS)
+    # Python regular expressions; every match becomes [CUSTOM]. Checked at start (a bad one names itself).
+    custom_patterns: list[str] = []
+    # tenant id -> override, e.g. [butler.redaction.tenants.acme] detectors = ["secret", "card"]
+    tenants: dict[str, RedactionOverride] = {}
+
+    @field_validator("custom_patterns")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        return _check_patterns(value)
+
+
+class EncryptionSettings(_Section):
+    """Field-level encryption of facts whose base predicate is listed (shared.crypto, shared.protection)."""
+
+    # Base predicates (the vocabulary's, e.g. "medical_condition", "diagnosis", "iban"); empty = nothing encrypted.
+    predicates: list[str] = []
+    # key id -> 32-byte AES key, base64 (urlsafe or standard). Give them by environment, never in a shared file:
+    # MEMORY_BUTLER_ENCRYPTION__KEYS='{"k2026": "..."}'. Old keys stay listed until `encryption rotate` has run.
+    keys: dict[str, SecretStr] = {}
+    # The key new rows are sealed with (and `encryption rotate` re-seals to).
+    active_key: str = ""
+    # The key whose derivation blinds the value part of a sealed set predicate ("allergic_to_<value>" is stored as
+    # "allergic_to_<16 hex>"); "" = active_key. Keep it fixed (and listed) across rotations: blinded predicates must
+    # stay equal for a new fact to supersede an old one.
+    index_key: str = ""
+    # Butlers whose tokens read the plaintext ("*" = every caller who may see the fact; an admin token covers every
+    # butler). Other callers get the surrogate "[ENCRYPTED <predicate>]".
+    readers: list[str] = ["*"]
+
+    @model_validator(mode="after")
+    def _usable(self) -> "EncryptionSettings":
+        from shared.crypto import decode_key
+
+        for key_id, secret in self.keys.items():
+            decode_key(secret.get_secret_value(), key_id=key_id)
+        if self.predicates and self.active_key not in self.keys:
+            raise ValueError(f"active_key {self.active_key!r} must be one of keys when predicates are listed")
+        if self.index_key and self.index_key not in self.keys:
+            raise ValueError(f"index_key {self.index_key!r} must be one of keys")
+        return self
+
+    @field_validator("predicates")
+    @classmethod
+    def _normalised(cls, value: list[str]) -> list[str]:
+        from shared.vocabulary import base_predicate
+
+        return [base_predicate(p) for p in value]
+
+
 class Settings(BaseSettings):
     """Everything configurable. Build with :func:`load_settings`, never by reading ``os.environ`` elsewhere."""
 
@@ -291,6 +372,8 @@ class Settings(BaseSettings):
     workers: WorkerSettings = WorkerSettings()
     api: ApiSettings = ApiSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
+    redaction: RedactionSettings = RedactionSettings()
+    encryption: EncryptionSettings = EncryptionSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -274,6 +274,10 @@ def _known_like(conn: Connection, *, batch: Batch, kind: str, write: Any, vector
     agree). A fact must also have the write's subject and base predicate; an anti-pattern is compared by the
     rule it was inverted from.
     """
+    if getattr(write, "sealed", None) is not None:
+        # Its content is a surrogate, equal for every value of the predicate: meaning cannot be compared, so the
+        # new fact supersedes the one of its key (store_fact) instead of confirming it.
+        return None
     table = facts if kind == "fact" else rules
     distance = table.c.embedding.cosine_distance(vector).label("distance")
     query = (select(table.c.id, table.c.content, table.c.metadata, distance,

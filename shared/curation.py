@@ -18,13 +18,14 @@ from shared import repository as repo
 from shared.consolidation_plan import embedding_text
 from shared.context import content_tokens
 from shared.embedding import ModelVersion, get_token_counter
-from shared.errors import InvalidTransition
+from shared.errors import InvalidInput, InvalidTransition
 from shared.lifecycle import RULE_MATURITIES, check_transition
 from shared.schemas import FactWrite, RuleWrite, parse
 from shared.scoring import decay_rate_for
 from shared.writes import Actor, Visibility, load_visible, store_fact
 
 Embed = Callable[[str], np.ndarray]
+Protect = Callable[[Any], Any]  # a write -> the write as it may be stored
 LIVE = ("active", "fading")
 # Advice levels, lowest first: promote and demote move one step, as the rule maturity table allows.
 LADDER = ("candidate", "established", "proven")
@@ -32,23 +33,26 @@ LADDER = ("candidate", "established", "proven")
 
 def edit_fact(
     conn: Connection, *, tenant_id: str, fact_id: uuid.UUID, changes: dict[str, Any], visibility: Visibility,
-    actor: Actor, embed: Embed, version: ModelVersion,
+    actor: Actor, embed: Embed, version: ModelVersion, protect: Protect,
 ) -> dict[str, Any]:
     """Store the corrected fact under the same (scope, subject, predicate): store_fact supersedes the old one.
 
     Only a live fact can be corrected (active or fading): a superseded, expired or retracted one is history.
     The correction is dated by the database's clock, as accepted writes are: a front whose clock is behind must
-    not make it look older than the fact it corrects.
+    not make it look older than the fact it corrects. ``protect`` redacts (and seals) the new write as every write
+    is (shared.protection.protect).
     """
     old = load_visible(conn, kind="fact", tenant_id=tenant_id, entity_id=fact_id, visibility=visibility, lock=True)
     if old["validity"] not in LIVE:
         check_transition("fact", old["validity"], "superseded")  # raises: the table has no way out of these
-    write = parse(FactWrite, {
+    if old["content_key_id"] is not None and "content" not in changes:  # its content column is only a surrogate
+        raise InvalidInput("content: a sealed fact is corrected by giving its new content", field="content")
+    write = protect(parse(FactWrite, {
         "subject": old["subject"], "predicate": old["predicate"], "scope": old["scope"],
         "content": changes.get("content", old["content"]), "importance": changes.get("importance", old["importance"]),
         "permanence": changes.get("permanence", old["permanence"]), "tags": changes.get("tags", old["tags"]),
         "source_episode_id": old["source_episode_id"], "metadata": {"edited_from": str(fact_id)},
-    })
+    }))
     new_id = uuid.uuid4()
     vector = embed(embedding_text("fact", write))
     out = store_fact(conn, tenant_id=tenant_id, fact_id=new_id, write=write, vector=vector,
@@ -61,7 +65,7 @@ def edit_fact(
 
 def edit_rule(
     conn: Connection, *, tenant_id: str, rule_id: uuid.UUID, changes: dict[str, Any], visibility: Visibility,
-    actor: Actor, now: datetime, embed: Embed, version: ModelVersion,
+    actor: Actor, now: datetime, embed: Embed, version: ModelVersion, protect: Protect,
 ) -> dict[str, Any]:
     """Rewrite a rule in place; new advice has no evidence yet, so maturity returns to candidate and counts to 0.
 
@@ -69,10 +73,10 @@ def edit_rule(
     An anti-pattern cannot be edited back into advice (the maturity table has no way out of it).
     """
     old = load_visible(conn, kind="rule", tenant_id=tenant_id, entity_id=rule_id, visibility=visibility, lock=True)
-    write = parse(RuleWrite, {"content": changes.get("content", old["content"]), "scope": old["scope"],
-                              "tags": changes.get("tags", old["tags"]),
-                              "importance": changes.get("importance", old["importance"]),
-                              "permanence": changes.get("permanence", old["permanence"])})
+    write = protect(parse(RuleWrite, {"content": changes.get("content", old["content"]), "scope": old["scope"],
+                                      "tags": changes.get("tags", old["tags"]),
+                                      "importance": changes.get("importance", old["importance"]),
+                                      "permanence": changes.get("permanence", old["permanence"])}))
     if old["maturity"] != "candidate":
         check_transition("rule", old["maturity"], "candidate")
     values = {"content": write.content, "content_tokens": content_tokens([write.content],

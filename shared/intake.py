@@ -34,6 +34,7 @@ class WriteRequest:
     payload: dict[str, Any]      # the validated write model, as JSON
     idempotency_key: str | None
     key_field: str = "idempotency_key"  # how the caller named the key (e.g. episodes.3.idempotency_key)
+    payload_hash: str | None = None     # what a replay must match, if not the payload's own hash (see accept)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def accept(
     An idempotency key is scoped to its shard key (tenant, butler): two butlers may use the same key. A replay
     whose payload differs from the first write's is refused with IdempotencyConflict (nothing written).
     """
-    hashes = [payload_hash(w.kind, w.payload) for w in writes]
+    hashes = [w.payload_hash or payload_hash(w.kind, w.payload) for w in writes]
     existing = _existing(conn, tenant_id=tenant_id, writes=writes)
     fresh: list[WriteRequest] = []
     first: dict[tuple[str, str], int] = {}  # (butler, key) -> index of its first occurrence in this call

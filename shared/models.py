@@ -13,6 +13,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     Table,
@@ -179,6 +180,9 @@ facts = Table(
     Column("request_id", Text),
     Column("tags", JSONB, nullable=False, server_default="[]"),
     Column("metadata", JSONB, nullable=False, server_default="{}"),
+    # Field-level encryption (shared.protection): content then holds a surrogate, these the sealed content.
+    Column("content_sealed", LargeBinary),
+    Column("content_key_id", Text),
 )
 
 rules = Table(

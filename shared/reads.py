@@ -28,6 +28,7 @@ from shared.embedding import to_pgvector
 from shared.errors import InvalidInput, Unavailable
 from shared.lifecycle import rule_evidence
 from shared.models import episodes, facts, memory_events, rules
+from shared.protection import open_facts, open_hits
 from shared.references import ReferenceBumper
 from shared.rerank import get_reranker, rerank
 from shared.schemas import Hit
@@ -88,8 +89,10 @@ class Reader:
 
     def search(self, *, tenant_id: str, visibility: Visibility, query: str, types: Sequence[str], mode: str,
                limit: int, min_confidence: float | None, now: datetime | None = None,
-               since: datetime | None = None, until: datetime | None = None) -> list[Hit]:
-        """memory_search; ``since``/``until`` bound the episodes by when they happened (facts and rules unbounded)."""
+               since: datetime | None = None, until: datetime | None = None, open_sealed: bool = False) -> list[Hit]:
+        """memory_search; ``since``/``until`` bound the episodes by when they happened (facts and rules unbounded).
+
+        ``open_sealed``: the caller may read sealed facts' plaintext (shared.protection.may_open); else surrogates."""
         now = now or utcnow()
         if since is not None and until is not None and since >= until:
             raise InvalidInput("until: must be later than since", field="until")
@@ -99,6 +102,7 @@ class Reader:
             hits = retrieval.search(conn, f=self._filter(tenant_id, visibility, floor, now, since, until), query=query,
                                     vector=None if vec is None else vec.result, types=types, mode=mode, limit=limit,
                                     settings=self.retrieval)
+            hits = self._open(conn, tenant_id, hits, open_sealed)
         reranker = get_reranker(self.retrieval.reranker, self.retrieval.reranker_path)
         if reranker is not None:  # outside the read transaction: the model's time holds no connection
             hits = rerank(query, hits, text=lambda h: h.content, reranker=reranker, top_n=self.retrieval.reranker_top_n)
@@ -106,18 +110,20 @@ class Reader:
         return hits
 
     def recall(self, *, tenant_id: str, visibility: Visibility, topic: str, limit: int,
-               min_confidence: float | None = None, now: datetime | None = None) -> list[Hit]:
+               min_confidence: float | None = None, now: datetime | None = None,
+               open_sealed: bool = False) -> list[Hit]:
         now = now or utcnow()
         floor = self.settings.memory.facts.retrieval_confidence_threshold if min_confidence is None else min_confidence
         vec = self._vector(topic)
         with self._read(generic_plans=True) as conn:
             hits = retrieval.recall(conn, f=self._filter(tenant_id, visibility, floor, now), topic=topic,
                                     vector=vec.result, limit=limit, settings=self.retrieval)
+            hits = self._open(conn, tenant_id, hits, open_sealed)
         self._bump(hits)
         return hits
 
     def context(self, *, tenant_id: str, visibility: Visibility, trigger_prompt: str, token_budget: int | None,
-                now: datetime | None = None) -> context_builder.ContextBlock:
+                now: datetime | None = None, open_sealed: bool = False) -> context_builder.ContextBlock:
         """The token-budgeted memory block for a butler's prompt (byte-identical for the same data and ``now``)."""
         now = now or utcnow()
         budget = token_budget or self.retrieval.context_token_budget
@@ -126,6 +132,7 @@ class Reader:
         with self._read(generic_plans=True) as conn:
             found = retrieval.context_sections(conn, f=f, topic=trigger_prompt, vector=vec.result,
                                                recent=self.retrieval.context_recent_episodes, settings=self.retrieval)
+            found["fact"] = self._open(conn, tenant_id, found["fact"], open_sealed)
         block = context_builder.build(
             facts=found["fact"], rules=found["rule"], episodes=found["episode"], budget=budget,
             quotas=self.retrieval.section_quotas, count=self._count, now=now,
@@ -135,10 +142,14 @@ class Reader:
         self._bump([h for hits in found.values() for h in hits if str(h.id) in included], recent=False)
         return block
 
-    def get(self, *, tenant_id: str, visibility: Visibility, kind: str, entity_id: uuid.UUID) -> dict[str, Any]:
+    def get(self, *, tenant_id: str, visibility: Visibility, kind: str, entity_id: uuid.UUID,
+            open_sealed: bool = False) -> dict[str, Any]:
         """One memory with its links; Pending if accepted but not applied, NotFound if unknown."""
         with self._read() as conn:
             row = dict(load_visible(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, visibility=visibility))
+            if kind == "fact" and row["content_key_id"] is not None and open_sealed:
+                opened = open_facts(conn, tenant_id=tenant_id, ids=[entity_id], settings=self.settings.encryption)
+                row["content"] = opened.get(entity_id, row["content"])
             links = [dict(r) for r in repo.links_of(conn, tenant_id=tenant_id, entity_type=kind, entity_id=entity_id)]
             applications = repo.rule_applications_of(conn, rule_id=entity_id) if kind == "rule" else []
         if kind == "rule":
@@ -147,6 +158,12 @@ class Reader:
                         created_at=row["created_at"], importance=row["importance"])])
         row.pop("tenant_id", None)
         return {"type": kind, **row, "links": links}
+
+    def _open(self, conn: Connection, tenant_id: str, hits: list[Hit], open_sealed: bool) -> list[Hit]:
+        """Sealed facts' plaintext for a caller allowed to read it (one query, only when a sealed fact is among hits)."""
+        if not open_sealed or not self.settings.encryption.keys:
+            return hits
+        return open_hits(conn, tenant_id=tenant_id, hits=hits, settings=self.settings.encryption)
 
     def stats(self, *, tenant_id: str, scope: str | None, now: datetime | None = None) -> dict[str, Any]:
         """memory_stats, inside the same bounded read transaction as every other read."""

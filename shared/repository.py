@@ -13,6 +13,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from shared.embedding import ModelVersion
 from shared.models import (
     MEMORY_TABLES,
+    facts,
     embedding_versions,
     memory_events,
     memory_links,
@@ -59,7 +60,7 @@ def links_of(conn: Connection, *, tenant_id: str, entity_type: str, entity_id: u
 
 
 # Kept for search and the context builder, not part of a memory as callers see it.
-INTERNAL_COLUMNS = ("embedding", "search_vector", "content_tokens")
+INTERNAL_COLUMNS = ("embedding", "search_vector", "content_tokens", "content_sealed")
 
 
 def get_row(conn: Connection, *, kind: str, tenant_id: str, entity_id: uuid.UUID, lock: bool = False) -> RowMapping | None:
@@ -165,3 +166,11 @@ def embedding_version_id(conn: Connection, version: ModelVersion) -> int:
     return conn.execute(select(embedding_versions.c.id).where(
         embedding_versions.c.model == version.model, embedding_versions.c.revision == version.revision,
     )).scalar_one()
+
+
+def sealed_contents(conn: Connection, *, tenant_id: str, ids: Sequence[uuid.UUID]) -> list[RowMapping]:
+    """The sealed content, key id and predicate of the facts among ``ids`` that are sealed (this tenant's only)."""
+    return list(conn.execute(
+        select(facts.c.id, facts.c.predicate, facts.c.content_sealed, facts.c.content_key_id)
+        .where(facts.c.tenant_id == tenant_id, facts.c.id.in_(list(ids)), facts.c.content_sealed.is_not(None))
+    ).mappings())

@@ -63,6 +63,13 @@ class EpisodeWrite(_Strict):
     metadata: dict[str, Any] = {}
 
 
+class SealedContent(_Strict):
+    """A fact's content sealed at the front (shared.protection): AES-GCM blob (base64) and the key id."""
+
+    key_id: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    blob: Annotated[str, StringConstraints(min_length=1, max_length=4 * MAX_CONTENT)]
+
+
 class FactWrite(_Strict):
     subject: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
     predicate: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
@@ -74,6 +81,8 @@ class FactWrite(_Strict):
     confidence: Annotated[float, Field(ge=0, le=1)] = 1.0
     source_episode_id: uuid.UUID | None = None
     metadata: dict[str, Any] = {}
+    # Set by shared.protection.protect for a predicate listed in encryption.predicates: content is then a surrogate.
+    sealed: SealedContent | None = None
 
     @field_validator("predicate")
     @classmethod

@@ -19,6 +19,7 @@ from shared.context import content_tokens
 from shared.embedding import get_token_counter
 from shared.errors import IntegrityViolation, InvalidInput, InvalidTransition, NotFound, Pending, PermissionDenied
 from shared.lifecycle import anti_pattern_content, check_transition, next_maturity, rule_evidence
+from shared.protection import redaction_counts, sealed_columns
 from shared.schemas import EpisodeWrite, FactWrite, RuleWrite
 from shared.scoring import decay_rate_for
 
@@ -80,7 +81,7 @@ def insert_episodes(
         })
         events.append({"tenant_id": tenant_id, "event_type": "episode.stored", "entity_type": "episode",
                        "entity_id": episode.id, "actor": actor.name, "request_id": episode.request_id,
-                       "payload": {"butler": w.butler, "seq": episode.seq}})
+                       "payload": {"butler": w.butler, "seq": episode.seq, **_audit(w)}})
     repo.insert_rows(conn, kind="episode", rows=rows)
     repo.record_events(conn, events)
     return len(rows)
@@ -122,7 +123,7 @@ def store_fact(
     ])
     events = [_event(tenant_id, "fact.stored", "fact", fact_id, actor,
                      {"subject": write.subject, "predicate": write.predicate, "scope": write.scope,
-                      "supersedes": str(supersedes) if supersedes else None})]
+                      "supersedes": str(supersedes) if supersedes else None, **_audit(write)})]
     events += [_event(tenant_id, "fact.superseded", "fact", old["id"], actor, {"superseded_by": str(fact_id)})
                for old in previous]
     repo.record_events(conn, events)
@@ -143,6 +144,7 @@ def _fact_row(
         "superseded_by_id": superseded_by, "superseded_at": now if superseded_by else None,
         "validity": validity, "scope": write.scope, "created_at": now, "last_referenced_at": now,
         "last_confirmed_at": now, "request_id": actor.request_id, "tags": write.tags, "metadata": write.metadata,
+        **sealed_columns(write),
     }
 
 
@@ -158,7 +160,7 @@ def _store_late_fact(
                            "target_id": fact_id, "relation": "supersedes", "created_at": now}])
     repo.record_events(conn, [_event(tenant_id, "fact.stored", "fact", fact_id, actor,
                                      {"subject": write.subject, "predicate": write.predicate, "scope": write.scope,
-                                      "superseded_by": str(newer), "late": True})])
+                                      "superseded_by": str(newer), "late": True, **_audit(write)})])
     return {"id": str(fact_id), "superseded": [], "superseded_by": str(newer)}
 
 
@@ -180,7 +182,8 @@ def store_rule(
         "created_at": now, "last_confirmed_at": now, "last_referenced_at": now, "request_id": actor.request_id,
         "tags": write.tags, "metadata": write.metadata,
     }])
-    repo.record_events(conn, [_event(tenant_id, "rule.stored", "rule", rule_id, actor, {"scope": write.scope})])
+    repo.record_events(conn, [_event(tenant_id, "rule.stored", "rule", rule_id, actor,
+                                     {"scope": write.scope, **_audit(write)})])
     return {"id": str(rule_id)}
 
 
@@ -321,6 +324,16 @@ def restore(
     derived = forgetting.restore_derived(conn, tenant_id=tenant_id, episode_id=entity_id, actor=actor.name,
                                          request_id=actor.request_id) if kind == "episode" else {}
     return {"id": str(entity_id), "restored": True, **derived}
+
+
+def _audit(write: Any) -> dict[str, Any]:
+    """What a *.stored event says about the write's protection: redactions per detector, the sealing key."""
+    out: dict[str, Any] = {}
+    if counts := redaction_counts(write):
+        out["redactions"] = counts
+    if getattr(write, "sealed", None) is not None:
+        out["sealed_with"] = write.sealed.key_id
+    return out
 
 
 def _tokens(contents: Sequence[str]) -> list[int]:

@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "memory_api.cli.tenants",    # tenants purge
     "memory_api.cli.serve",      # serve (the MCP front)
     "memory_api.cli.deadletters",  # dead-letters list|show|redrive
+    "memory_api.cli.encryption",  # encryption new-key|rotate
     "memory_api.cli.loadtest",   # loadtest burst
     "memory_api.cli.bench",      # bench ...
 )

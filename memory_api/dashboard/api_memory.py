@@ -10,7 +10,7 @@ from memory_api.dashboard.http import ApiCall, endpoint
 from memory_api.dashboard.params import EpisodeQuery, FactEdit, FactQuery, RuleEdit, RuleQuery
 from memory_api.tools import access
 from memory_api.tools.runtime import utcnow
-from shared import curation, writes
+from shared import curation, protection, writes
 from shared import dashboard_details as details
 from shared import dashboard_queries as queries
 from shared.dashboard_queries import Page
@@ -20,6 +20,13 @@ from shared.embedding import get_query_embedder
 def page_body(page: Page, *, limit: int, offset: int) -> dict[str, Any]:
     return {"items": page.items, "count": len(page.items), "limit": limit, "offset": offset,
             "next_offset": page.next_offset}
+
+
+def _protect(call: ApiCall) -> curation.Protect:
+    """Redaction and sealing for an edit, as for every write (shared.protection)."""
+    settings = call.services.settings
+    return lambda write: protection.protect(write, tenant_id=call.tenant, redaction=settings.redaction,
+                                            encryption=settings.encryption)
 
 
 def _admin(call: ApiCall, what: str) -> writes.Visibility:
@@ -51,7 +58,7 @@ async def edit_fact(call: ApiCall) -> dict[str, Any]:
     embedder = get_query_embedder()
     return await call.write(lambda conn: curation.edit_fact(
         conn, tenant_id=call.tenant, fact_id=fact_id, changes=call.body.changes(), visibility=visibility,
-        actor=call.actor(), embed=embedder.embed_one, version=embedder.version))
+        actor=call.actor(), embed=embedder.embed_one, version=embedder.version, protect=_protect(call)))
 
 
 async def _lifecycle(call: ApiCall, kind: str, action: Literal["forget", "restore", "confirm"]) -> dict[str, Any]:
@@ -104,7 +111,8 @@ async def edit_rule(call: ApiCall) -> dict[str, Any]:
     embedder = get_query_embedder()
     return await call.write(lambda conn: curation.edit_rule(
         conn, tenant_id=call.tenant, rule_id=rule_id, changes=call.body.changes(), visibility=visibility,
-        actor=call.actor(), now=utcnow(), embed=embedder.embed_one, version=embedder.version))
+        actor=call.actor(), now=utcnow(), embed=embedder.embed_one, version=embedder.version,
+        protect=_protect(call)))
 
 
 @endpoint()

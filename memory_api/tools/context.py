@@ -13,6 +13,7 @@ from memory_api.tools import access
 from memory_api.tools.params import Butler, ContextRequest, Lineage, Query, TokenBudget
 from memory_api.tools.results import ContextBatch, ContextBlock
 from memory_api.tools.runtime import Call, current_call, tool_call
+from shared import protection
 from shared.errors import InvalidInput, Unavailable
 
 
@@ -27,7 +28,7 @@ async def _block(call: Call, trigger_prompt: str, butler: str, token_budget: int
     reader = call.services.reader
     block = await call.read(lambda: reader.context(
         tenant_id=call.tenant, visibility=access.butler_visibility(butler), trigger_prompt=trigger_prompt,
-        token_budget=budget))
+        token_budget=budget, open_sealed=protection.butler_may_open(butler, call.services.settings.encryption)))
     return ContextBlock(butler=butler, context=block.text, tokens=block.tokens, token_budget=budget,
                         included=block.included, dropped=block.dropped, request_id=call.request_id)
 

@@ -15,7 +15,7 @@ from memory_api.tools import access
 from memory_api.tools.params import Lineage, MemoryId, MemoryType
 from memory_api.tools.results import Confirmed, Lifecycle, RuleFeedback
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
-from shared import receipts, writes
+from shared import protection, receipts, writes
 from shared.db import unit_of_work
 
 TypeArg = Annotated[MemoryType, Field(description="'episode', 'fact' or 'rule'.")]
@@ -78,6 +78,8 @@ async def _mark(call: Call, rule_id: uuid.UUID, outcome: Literal["helpful", "har
                 reason: str | None, key: str | None) -> RuleFeedback:
     visibility = access.default_visibility(call.principal)
     settings = call.services.settings.memory.rules
+    # The reason is stored in rule_applications, its event and (on inversion) the rule's content: redacted first.
+    reason = protection.redact_text(reason, protection.redaction_policy(call.services.settings.redaction, call.tenant))
     out = await _in_transaction(call, lambda conn: writes.mark_rule(
         conn, tenant_id=call.tenant, rule_id=rule_id, outcome=outcome, reason=reason, visibility=visibility,
         actor=call.actor(), now=utcnow(), rules=settings),

@@ -14,9 +14,15 @@ from memory_api.tools.params import (
 )
 from memory_api.tools.results import Hits, MemoryRecord
 from memory_api.tools.runtime import Call, current_call, tool_call
+from shared import protection
 from shared.errors import Pending
 
 ALL_TYPES = ("episode", "fact", "rule")
+
+
+def _may_open(call: Call) -> bool:
+    """Whether this caller reads sealed facts' plaintext (encryption.readers)."""
+    return protection.may_open(call.principal, call.services.settings.encryption)
 
 
 def _default_limit(call: Call) -> int:
@@ -44,7 +50,8 @@ async def memory_search(
     reader = call.services.reader
     hits, reason = await call.read_or_degrade(lambda: reader.search(
         tenant_id=call.tenant, visibility=visibility, query=query, types=kinds, mode=mode or settings.default_mode,
-        limit=limit or _default_limit(call), min_confidence=min_confidence, since=since, until=until), [])
+        limit=limit or _default_limit(call), min_confidence=min_confidence, since=since, until=until,
+        open_sealed=_may_open(call)), [])
     return Hits(results=hits, count=len(hits), degraded=reason is not None, reason=reason, request_id=call.request_id)
 
 
@@ -62,7 +69,7 @@ async def memory_recall(
     reader = call.services.reader
     hits, reason = await call.read_or_degrade(lambda: reader.recall(
         tenant_id=call.tenant, visibility=visibility, topic=topic, limit=limit or _default_limit(call),
-        min_confidence=min_confidence), [])
+        min_confidence=min_confidence, open_sealed=_may_open(call)), [])
     return Hits(results=hits, count=len(hits), degraded=reason is not None, reason=reason, request_id=call.request_id)
 
 
@@ -79,7 +86,8 @@ async def memory_get(
     reader = call.services.reader
 
     def get() -> dict[str, Any]:
-        return reader.get(tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id)
+        return reader.get(tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id,
+                          open_sealed=_may_open(call))
 
     try:
         row, reason = await call.read_or_degrade(get, None)

@@ -18,7 +18,7 @@ from memory_api.tools.params import (
 )
 from memory_api.tools.results import AcceptedItem, BatchAccepted, WriteAccepted
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
-from shared import intake
+from shared import intake, protection
 from shared.db import unit_of_work
 from shared.errors import IdempotencyConflict, InvalidInput, Unavailable
 from shared.intake import Accepted, WriteRequest
@@ -71,8 +71,19 @@ def _wake(call: Call, butler: str) -> None:
                     extra={"tenant": call.tenant, "butler": butler, "request_id": call.request_id})
 
 
+def _request(call: Call, kind: str, write: BaseModel, butler: str, key: str | None,
+             key_field: str = "idempotency_key") -> WriteRequest:
+    """The write as it may be stored: redacted and, for a listed predicate, sealed (before the outbox row). A replay
+    is matched on what the caller sent: sealing draws a fresh nonce, and a policy may change between two tries."""
+    settings = call.services.settings
+    stored = protection.protect(write, tenant_id=call.tenant, redaction=settings.redaction,
+                                encryption=settings.encryption)
+    return WriteRequest(kind=kind, butler=butler, payload=stored.model_dump(mode="json"), idempotency_key=key,
+                        key_field=key_field, payload_hash=intake.payload_hash(kind, write.model_dump(mode="json")))
+
+
 async def _store_one(call: Call, kind: str, write: BaseModel, butler: str, key: str | None) -> WriteAccepted:
-    request = WriteRequest(kind=kind, butler=butler, payload=write.model_dump(mode="json"), idempotency_key=key)
+    request = _request(call, kind, write, butler, key)
     (accepted,) = await _accept(call, [request], actor=butler)
     if accepted.kind != kind:
         raise IdempotencyConflict(f"idempotency_key: already used for a {accepted.kind} ({accepted.id})",
@@ -173,5 +184,5 @@ def _episode_request(call: Call, index: int, item: EpisodeItem) -> WriteRequest:
                                            importance=item.importance, occurred_at=item.occurred_at))
     except InvalidInput as exc:
         raise InvalidInput(f"episodes.{index}.{exc.message}", field=f"episodes.{index}.{exc.field}") from None
-    return WriteRequest(kind="episode", butler=item.butler, payload=write.model_dump(mode="json"),
-                        idempotency_key=item.idempotency_key, key_field=f"episodes.{index}.idempotency_key")
+    return _request(call, "episode", write, item.butler, item.idempotency_key,
+                    key_field=f"episodes.{index}.idempotency_key")

@@ -36,6 +36,7 @@ from shared.consolidation_plan import Batch, DueEpisode, Plan, plan_extraction
 from shared.db import unit_of_work
 from shared.errors import Unavailable
 from shared.extraction import Extractor
+from shared.protection import protect_plan
 
 log = logging.getLogger(__name__)
 
@@ -167,9 +168,12 @@ class _Runner:
 
     def _plan(self, batch: Batch, chosen: Sequence[DueEpisode], *, group: str) -> Plan:
         extraction = self.extractor.extract(batch.request(chosen))
-        return plan_extraction(extraction, batch=batch, episode_ids=[e.id for e in chosen], group=group,
+        plan = plan_extraction(extraction, batch=batch, episode_ids=[e.id for e in chosen], group=group,
                                extractor=self.extractor.name,
                                global_predicates=self.settings.consolidation.global_predicates)
+        # What an extractor writes is redacted (and sealed) as a caller's write is, before it is embedded.
+        return protect_plan(plan, tenant_id=batch.tenant_id, redaction=self.settings.redaction,
+                            encryption=self.settings.encryption)
 
     def _apply(self, batch: Batch, plans: list[Plan], failures: list[Failure], *, isolate: bool) -> dict[str, Any]:
         texts = [t for plan in plans for t in plan.texts()]

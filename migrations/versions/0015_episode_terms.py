@@ -11,14 +11,14 @@ with it (ON DELETE CASCADE). A forgotten or expired episode keeps its postings: 
 may see.
 
 Revision ID: 0015
-Revises: 0008
+Revises: 0009
 Create Date: 2026-11-24
 """
 
 from alembic import op
 
 revision = "0015"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

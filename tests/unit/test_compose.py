@@ -170,7 +170,8 @@ def _keys(model: type[BaseModel], prefix: str = "") -> set[str]:
 def _toml_keys(table: dict, prefix: str = "") -> set[str]:
     keys = set()
     for name, value in table.items():
-        is_section = isinstance(value, dict) and prefix + name not in SCHEDULE_ENTRIES
+        # An empty inline table (`tenants = {}`) documents a map-valued key, not a section.
+        is_section = isinstance(value, dict) and bool(value) and prefix + name not in SCHEDULE_ENTRIES
         keys |= _toml_keys(value, f"{prefix}{name}.") if is_section else {prefix + name}
     return keys
 
