@@ -217,6 +217,13 @@ class WorkerSettings(_Section):
     shard_count: int = Field(8, ge=1, le=1024)
     ingest_batch_size: int = Field(256, ge=1, le=4096)
     task_time_limit_seconds: int = Field(600, ge=10)
+    # Each worker node serves its pool processes' metrics (prometheus_client multiprocess mode) on this port;
+    # 0 = not served. Bind to an address only Prometheus reaches: worker metrics carry no tenant, and no auth.
+    metrics_port: int = Field(0, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
+    # Where the pool processes write their samples (emptied when the node starts); default
+    # <data_dir>/worker-metrics/<node name>.
+    metrics_dir: Path | None = None
 
 
 class EmbeddingSettings(_Section):

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, RowMapping, text
 from memory_workers.app import APPLY_TASK, app
 from memory_workers.enqueue import wake_apply, wake_consolidate
 from memory_workers.tasks import KeyRunSummary, Runtime, runtime, worker_name
-from shared import conversation, intake, writes
+from shared import conversation, intake, telemetry, writes
 from shared import repository as repo
 from shared.consolidation import describe_error
 from shared.consolidation_plan import embedding_text
@@ -159,7 +159,10 @@ def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
             applied.append(intent)
         except Exception as exc:  # noqa: BLE001 - a poison intent must not take the batch down
             failures.append((intent, exc))
-    intake.mark_applied(conn, ids=[i["id"] for i in applied], now=datetime.now(timezone.utc))
+    now = datetime.now(timezone.utc)
+    intake.mark_applied(conn, ids=[i["id"] for i in applied], now=now)
+    for intent in applied:  # observed before the caller commits: a rolled-back batch is re-applied and re-observed
+        telemetry.APPLY_LAG.labels(intent["kind"]).observe(max(0.0, (now - intent["created_at"]).total_seconds()))
     counts.update(i["kind"] for i in applied)
     for intent, exc in failures:
         counts[_mark_failed(conn, rt, intent, exc)] += 1
