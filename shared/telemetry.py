@@ -109,9 +109,10 @@ def observe_read(tool: str, hits: Sequence[Any]) -> None:
     episodes = [h for h in hits if h.type == "episode"][:TOP_K]
     if facts:
         TOPK_DISTINCT.labels(tool, "subject").observe(len({h.subject for h in facts}))
+        confidence = READ_CONFIDENCE.labels(tool)  # one label lookup for the ten observations
         for h in facts:
             if h.effective_confidence is not None:
-                READ_CONFIDENCE.labels(tool).observe(h.effective_confidence)
+                confidence.observe(h.effective_confidence)
     if episodes:
         TOPK_DISTINCT.labels(tool, "session").observe(len({h.session_id or h.id for h in episodes}))
 
