@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 
 FIELD_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
-# Two months of minutes (89,280 steps, once per expression): enough for any daily, weekly or monthly schedule.
+# Two months: enough for any daily, weekly or monthly schedule.
 HORIZON = timedelta(days=62)
 ORIGIN = datetime(2024, 1, 1)  # a Monday; any fixed instant serves
 
@@ -36,14 +36,11 @@ def period_seconds(expr: str) -> float:
     dow = frozenset(d % 7 for d in dow)
     dom_any, dow_any = expr.split()[2] == "*", expr.split()[4] == "*"
     firings: list[datetime] = []
-    t = ORIGIN
-    while t < ORIGIN + HORIZON:
-        if t.minute in minute and t.hour in hour and t.month in month:
-            day_dom, day_dow = t.day in dom, (t.isoweekday() % 7) in dow
-            day = (day_dom and day_dow) if (dom_any or dow_any) else (day_dom or day_dow)
-            if day:
-                firings.append(t)
-        t += timedelta(minutes=1)
+    for offset in range(HORIZON.days):  # day by day, then only the hours and minutes that fire
+        day = ORIGIN + timedelta(days=offset)
+        day_dom, day_dow = day.day in dom, (day.isoweekday() % 7) in dow
+        if day.month in month and ((day_dom and day_dow) if (dom_any or dow_any) else (day_dom or day_dow)):
+            firings += [day.replace(hour=h, minute=m) for h in sorted(hour) for m in sorted(minute)]
     if len(firings) < 2:
         return HORIZON.total_seconds()
     return max((b - a).total_seconds() for a, b in zip(firings, firings[1:]))
