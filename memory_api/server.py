@@ -23,7 +23,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memory_api import dashboard
@@ -31,6 +31,7 @@ from memory_api.tools import build_tools
 from memory_api.tools.runtime import PRINCIPAL_SCOPE_KEY, utcnow
 from memory_api.tools.services import Services
 from shared import stats as shared_stats
+from shared import telemetry
 from shared.config import ConfigError, Settings
 from shared.db import unit_of_work
 from shared.errors import Unavailable
@@ -206,38 +207,36 @@ def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
         if not (principal.is_admin or principal.is_operator):
             return _deny(403, "/metrics needs an admin token (its tenant's gauges) or an operator token (every "
                               "tenant's, and the maintenance runs)")
-        engine = services.engine
-        fleet = principal.is_operator  # an admin sees its own tenant's shard keys only
+        from memory_workers.enqueue import maintenance_periods, queue_depths  # the workers' enqueue surface
 
-        def gauges() -> str:
+        engine, settings = services.engine, services.settings
+        fleet = principal.is_operator  # an admin sees its own tenant's shard keys only, and nothing fleet-wide
+
+        def gauges() -> list[Any]:
             with unit_of_work(engine) as conn:
                 rows = shared_stats.gauges(conn, now=utcnow(), tenant_id=None if fleet else principal.tenant_id)
-                text = shared_stats.prometheus_text(rows)
-                return text + shared_stats.maintenance_text(shared_stats.last_maintenance_runs(conn)) if fleet else text
+                families = telemetry.key_families(rows)
+                if fleet:
+                    families += telemetry.maintenance_families(shared_stats.maintenance_times(conn),
+                                                               maintenance_periods(settings))
+                    families += telemetry.fleet_families(queue_depths=None, db=shared_stats.db_connections(conn))
+                return families
 
-        text = services.metrics.prometheus_text() + _publisher_text(services)
+        body = telemetry.process_text()
         try:
-            text += await services.in_thread(gauges, deadline=HEALTH_DEADLINE_S) + _up(1)
+            families, up = await services.in_thread(gauges, deadline=HEALTH_DEADLINE_S), True
         except Unavailable:
-            text += _up(0)
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+            families, up = [], False
+        if fleet:
+            try:
+                depths = await services.in_thread(lambda: queue_depths(settings), deadline=HEALTH_DEADLINE_S)
+                families += telemetry.fleet_families(queue_depths=depths, db=None)
+            except Unavailable:
+                log.warning("queue depths not read: the broker did not answer")
+        families += telemetry.front_families(database_up=up, pool_checked_out=engine.pool.checkedout())
+        return Response(body + telemetry.scrape_text(families), media_type=telemetry.CONTENT_TYPE)
 
     return metrics
-
-
-def _up(value: int) -> str:
-    return ("# HELP memory_butler_database_up 1 when this front's database answered the gauges query.\n"
-            f"# TYPE memory_butler_database_up gauge\nmemory_butler_database_up {value}\n")
-
-
-def _publisher_text(services: Services) -> str:
-    snapshot = getattr(services.publisher, "snapshot", None)
-    if snapshot is None:
-        return ""
-    lines = ["# HELP memory_butler_wakeups Broker wake-ups of this front's publisher by result.",
-             "# TYPE memory_butler_wakeups gauge"]
-    lines += [f'memory_butler_wakeups{{result="{k}"}} {v}' for k, v in sorted(snapshot().items())]
-    return "\n".join(lines) + "\n"
 
 
 def build_app(settings: Settings, *, database_url: str | None = None, token_ttl: float = TOKEN_TTL_S) -> Starlette:

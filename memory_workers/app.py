@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging, worker_process_init
+from celery.signals import celeryd_init, setup_logging, worker_process_init, worker_process_shutdown
 
 from shared.config import Settings, get_settings
 from shared.logs import configure_logging
@@ -152,3 +153,30 @@ def _init_process(**_: Any) -> None:
     from memory_workers.tasks import build_runtime, install_runtime
 
     install_runtime(build_runtime(current_settings()))
+
+
+@celeryd_init.connect
+def _serve_metrics(sender: str | None = None, **_: Any) -> None:
+    """A worker node with ``workers.metrics_port`` serves its pool processes' metrics, summed, on that port.
+
+    celeryd_init runs in the node's main process before the task modules are imported and the pool forks, so
+    every sample a pool process records goes to the node's directory (prometheus_client multiprocess mode).
+    """
+    settings = current_settings()
+    if not settings.workers.metrics_port:
+        return
+    from shared import telemetry
+
+    directory = settings.workers.metrics_dir or settings.data_dir / "worker-metrics" / (sender or "worker")
+    telemetry.enable_multiprocess(directory)
+    telemetry.serve_worker_metrics(host=settings.workers.metrics_host, port=settings.workers.metrics_port,
+                                   directory=directory)
+    log.info("worker metrics served", extra={"host": settings.workers.metrics_host,
+                                              "port": settings.workers.metrics_port, "dir": str(directory)})
+
+
+@worker_process_shutdown.connect
+def _pool_process_gone(pid: int | None = None, **_: Any) -> None:
+    from shared import telemetry
+
+    telemetry.process_exited(pid or os.getpid())

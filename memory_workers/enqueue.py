@@ -17,9 +17,11 @@ from kombu import Connection
 from kombu.exceptions import KombuError
 
 from memory_workers.app import APPLY_TASK, CONSOLIDATE_TASK, app, current_settings, redis_url
+from memory_workers.schedule import maintenance_periods  # noqa: F401 - re-exported for the front's /metrics
+from shared import telemetry
 from shared.config import Settings
 from shared.errors import Unavailable
-from shared.sharding import queue_for
+from shared.sharding import MAINTENANCE_QUEUE, queue_for, shard_queues
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,29 @@ SOCKET_TIMEOUT_S = 2.0
 # Distinct keys a Publisher holds while Redis is down; more are dropped (the sweeps re-send them).
 MAX_PENDING = 100_000
 MAX_BACKOFF_S = 30.0
+
+
+# kombu's Redis transport keeps a queue's prioritised messages in sibling lists: name + "\x06\x16" + priority.
+PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
+
+
+def queue_depths(settings: Settings) -> dict[str, int]:
+    """Messages waiting in each shard queue and the maintenance queue (LLEN; one round trip), or Unavailable."""
+    queues = [*shard_queues(settings.workers.shard_count), MAINTENANCE_QUEUE]
+    client = redis.Redis.from_url(redis_url(settings), socket_connect_timeout=CONNECT_TIMEOUT_S,
+                                  socket_timeout=SOCKET_TIMEOUT_S)
+    try:
+        with client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                for suffix in PRIORITY_SUFFIXES:
+                    pipe.llen(queue + suffix)
+            lengths = pipe.execute()
+    except (redis.RedisError, OSError) as exc:
+        raise Unavailable(f"broker unavailable: {exc}") from exc
+    finally:
+        client.close()
+    n = len(PRIORITY_SUFFIXES)
+    return {queue: sum(lengths[i * n:(i + 1) * n]) for i, queue in enumerate(queues)}
 
 
 def payload(tenant_id: str, butler: str) -> dict[str, str]:
@@ -100,6 +125,10 @@ class Publisher:
         self._thread = threading.Thread(target=self._run, name="memory-wake-publisher", daemon=True)
         self._thread.start()
 
+    def _count(self, result: str, n: int = 1) -> None:
+        self.stats[result] += n
+        telemetry.WAKEUPS.labels(result).inc(n)
+
     def wake_apply(self, tenant_id: str, butler: str) -> None:
         """Queue an apply wake-up for the key; returns at once."""
         self._offer((APPLY_TASK, tenant_id, butler))
@@ -111,9 +140,9 @@ class Publisher:
     def _offer(self, item: tuple[str, str, str]) -> None:
         with self._cond:
             if item in self._pending:
-                self.stats["coalesced"] += 1
+                self._count("coalesced")
             elif self._closed or len(self._pending) >= self._max_pending:
-                self.stats["dropped"] += 1
+                self._count("dropped")
             else:
                 self._pending[item] = None
                 self._cond.notify()
@@ -154,12 +183,12 @@ class Publisher:
             except Unavailable as exc:
                 self._drop_connection()
                 lost = len(batch) - done
-                self.stats["failed"] += lost
+                self._count("failed", lost)
                 self._backoff = min(max(self._backoff * 2, 0.5), MAX_BACKOFF_S)
                 log.warning("wake-ups not published; the redelivery sweep will re-send them",
                             extra={"lost": lost, "retry_in_s": self._backoff, "error": str(exc)})
                 return
-            self.stats["published"] += 1
+            self._count("published")
             self._backoff = 0.0
 
     def _publish_one(self, item: tuple[str, str, str]) -> None:

@@ -15,6 +15,7 @@ from celery.schedules import crontab, schedule
 from celery.signals import before_task_publish
 
 from shared.config import Settings
+from shared.cron import period_seconds
 from shared.sharding import MAINTENANCE_QUEUE
 
 CONSOLIDATE_ALL = "memory.consolidate_all"
@@ -59,6 +60,14 @@ def interval_seconds(settings: Settings) -> dict[str, float]:
     """The period of each interval task."""
     return {BACKLOG_TRIGGER: settings.schedule.backlog_trigger_seconds,
             REDELIVERY_SWEEP: settings.schedule.redelivery_sweep_seconds}
+
+
+def maintenance_periods(settings: Settings) -> dict[str, float]:
+    """Each maintenance task's longest gap between scheduled runs, in seconds (/metrics' period gauges)."""
+    s = settings.schedule
+    crons = {CONSOLIDATE_ALL: s.consolidate.cron, DECAY_SWEEP: s.decay_sweep.cron,
+             EPISODE_CLEANUP: s.episode_cleanup.cron}
+    return {**{task: period_seconds(cron) for task, cron in crons.items()}, **interval_seconds(settings)}
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:

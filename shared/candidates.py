@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, TextClause, text
 
+from shared import telemetry
 from shared.scoring import effective_confidence_sql
 
 TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
@@ -143,8 +144,12 @@ def gather(
     out: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     if query_vec is None and not keyword:
         return out
-    result = conn.execute(*prepare(conn, kinds=kinds, f=f, query=query, query_vec=query_vec, pool=pool,
-                                   keyword=keyword, cap=cap, bm25=bm25))
+    statement = prepare(conn, kinds=kinds, f=f, query=query, query_vec=query_vec, pool=pool, keyword=keyword,
+                        cap=cap, bm25=bm25)
+    started = time.perf_counter()
+    result = conn.execute(*statement)
+    mode = "keyword" if query_vec is None else "hybrid" if keyword else "semantic"
+    telemetry.CANDIDATE_SECONDS.labels(mode).observe(time.perf_counter() - started)
     names = list(result.keys())
     for values in result.all():
         row = dict(zip(names, values))

@@ -231,6 +231,13 @@ class WorkerSettings(_Section):
     # intent is dead-lettered.
     apply_backoff_base_seconds: float = Field(5.0, gt=0)
     apply_backoff_max_seconds: float = Field(300.0, gt=0)
+    # Each worker node serves its pool processes' metrics (prometheus_client multiprocess mode) on this port;
+    # 0 = not served. Bind to an address only Prometheus reaches: worker metrics carry no tenant, and no auth.
+    metrics_port: int = Field(0, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
+    # Where the pool processes write their samples (emptied when the node starts); default
+    # <data_dir>/worker-metrics/<node name>.
+    metrics_dir: Path | None = None
 
 
 class EmbeddingSettings(_Section):

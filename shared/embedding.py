@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shared import telemetry
 from shared.config import EmbeddingSettings, get_settings
 
 log = logging.getLogger(__name__)
@@ -175,10 +177,11 @@ def _export_onnx(path: Path) -> None:
 class Embedder:
     """Batched sentence embeddings, L2-normalised float32 rows of 384 dims. Thread-safe.
 
-    ``threads`` per embedding (default: the ``threads`` setting, for batches)."""
+    ``threads`` per embedding (default: the ``threads`` setting, for batches); ``query``: its time is observed as
+    the read path's query embedding rather than a batch."""
 
     def __init__(self, cfg: EmbeddingSettings | None = None, *, threads: int | None = None,
-                 cache_dir: Path | None = None) -> None:
+                 cache_dir: Path | None = None, query: bool = False) -> None:
         cfg = cfg or get_settings().embedding
         cache = cache_dir or cfg.cache_dir
         threads = threads or cfg.threads
@@ -192,6 +195,7 @@ class Embedder:
         else:
             self._run = _TorchBackend(cfg, threads)
         self._lock = threading.Lock()
+        self._query = query
         self.version = model_version()
         self.embed(["warm up"])
 
@@ -202,9 +206,11 @@ class Embedder:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
         with self._lock:
+            started = time.perf_counter()  # the model's time only, not the wait for the lock
             for start in range(0, len(order), batch_size):
                 chunk = order[start:start + batch_size]
                 out[chunk] = self._run([texts[i] for i in chunk])
+            telemetry.EMBED_SECONDS.labels("query" if self._query else "batch").observe(time.perf_counter() - started)
         return out
 
     def embed_one(self, text: str) -> np.ndarray:
@@ -220,7 +226,7 @@ def get_embedder() -> Embedder:
 @lru_cache(maxsize=1)
 def get_query_embedder() -> Embedder:
     """The process-wide embedder for the read path's queries (``query_threads`` per query; made on first use)."""
-    return Embedder(threads=get_settings().embedding.query_threads)
+    return Embedder(threads=get_settings().embedding.query_threads, query=True)
 
 
 class TokenCounter:

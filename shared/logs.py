@@ -9,6 +9,7 @@ import logging.handlers
 import queue
 import sys
 import time
+from pathlib import Path
 
 _RESERVED = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -44,6 +45,41 @@ def configure_logging(level: str = "INFO") -> None:
     atexit.register(_listener.stop)
     root.handlers[:] = [logging.handlers.QueueHandler(records)]
     root.setLevel(level)
+
+
+class _Terminal(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"memory-butler: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _not_library_warnings(record: logging.LogRecord) -> bool:
+    return record.name != "py.warnings"
+
+
+def configure_cli_logging(log_file: Path | None, level: str = "INFO") -> None:
+    """A one-shot command's logs: every record as JSON to ``log_file`` (None: nowhere); on the terminal only
+    warnings and errors, one plain line each. Python warnings raised inside libraries go to the file only.
+
+    So a command's stdout is its answer and its stderr is empty unless something needs the user's attention.
+    """
+    root = logging.getLogger()
+    terminal = logging.StreamHandler(sys.stderr)
+    terminal.setLevel(logging.WARNING)
+    terminal.setFormatter(_Terminal())
+    terminal.addFilter(_not_library_warnings)
+    handlers: list[logging.Handler] = [terminal]
+    if log_file is not None:
+        try:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            to_file = logging.FileHandler(log_file, encoding="utf-8", delay=True)
+        except OSError:
+            to_file = None  # a read-only data dir: the terminal still shows what matters
+        if to_file is not None:
+            to_file.setFormatter(JsonFormatter())
+            handlers.append(to_file)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.captureWarnings(True)
 
 
 _listener: logging.handlers.QueueListener | None = None

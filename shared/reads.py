@@ -21,6 +21,7 @@ from shared import candidates
 from shared import context as context_builder
 from shared import repository as repo
 from shared import retrieval
+from shared import telemetry
 from shared.candidates import Filter
 from shared.config import Settings
 from shared.db import sqlstate
@@ -106,6 +107,7 @@ class Reader:
         reranker = get_reranker(self.retrieval.reranker, self.retrieval.reranker_path)
         if reranker is not None:  # outside the read transaction: the model's time holds no connection
             hits = rerank(query, hits, text=lambda h: h.content, reranker=reranker, top_n=self.retrieval.reranker_top_n)
+        telemetry.observe_read("memory_search", hits)
         self._bump(hits)
         return hits
 
@@ -119,6 +121,7 @@ class Reader:
             hits = retrieval.recall(conn, f=self._filter(tenant_id, visibility, floor, now), topic=topic,
                                     vector=vec.result, limit=limit, settings=self.retrieval)
             hits = self._open(conn, tenant_id, hits, open_sealed)
+        telemetry.observe_read("memory_recall", hits)
         self._bump(hits)
         return hits
 
@@ -133,6 +136,7 @@ class Reader:
             found = retrieval.context_sections(conn, f=f, topic=trigger_prompt, vector=vec.result,
                                                recent=self.retrieval.context_recent_episodes, settings=self.retrieval)
             found["fact"] = self._open(conn, tenant_id, found["fact"], open_sealed)
+        telemetry.observe_read("memory_context", [h for kind in ("fact", "rule", "episode") for h in found[kind]])
         block = context_builder.build(
             facts=found["fact"], rules=found["rule"], episodes=found["episode"], budget=budget,
             quotas=self.retrieval.section_quotas, count=self._count, now=now,

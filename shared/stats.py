@@ -127,7 +127,9 @@ WITH ep AS (
     SELECT tenant_id, butler,
            count(*) FILTER (WHERE consolidation_status IN ('pending', 'failed')) AS backlog,
            min(created_at) FILTER (WHERE consolidation_status = 'pending') AS oldest_pending,
-           count(*) FILTER (WHERE consolidation_status = 'dead_letter') AS dead_letters
+           count(*) FILTER (WHERE consolidation_status = 'dead_letter') AS dead_letters,
+           percentile_disc(0.05) WITHIN GROUP (ORDER BY created_at)
+               FILTER (WHERE consolidation_status IN ('pending', 'failed')) AS p95_created
     FROM episodes WHERE consolidation_status <> 'consolidated'
       AND (CAST(:tenant AS text) IS NULL OR tenant_id = :tenant) GROUP BY tenant_id, butler),
 wi AS (
@@ -138,6 +140,7 @@ wi AS (
       AND (CAST(:tenant AS text) IS NULL OR tenant_id = :tenant) GROUP BY tenant_id, butler)
 SELECT k.tenant_id, k.butler, coalesce(ep.backlog, 0) AS backlog,
        coalesce(extract(epoch FROM CAST(:now AS timestamptz) - ep.oldest_pending), 0) AS oldest_pending_seconds,
+       coalesce(extract(epoch FROM CAST(:now AS timestamptz) - ep.p95_created), 0) AS backlog_age_p95_seconds,
        coalesce(ep.dead_letters, 0) AS dead_letter_episodes, coalesce(wi.dead_intents, 0) AS dead_letter_intents,
        coalesce(wi.pending_intents, 0) AS pending_intents,
        coalesce(extract(epoch FROM CAST(:now AS timestamptz) - wi.oldest_intent), 0) AS oldest_intent_seconds
@@ -150,57 +153,34 @@ def gauges(conn: Connection, *, now: datetime, tenant_id: str | None = None) -> 
     """One row per shard key that ever wrote (so a drained key reads 0 rather than vanishing): ``tenant_id``'s
     keys, or every tenant's (None: the operator's view)."""
     return [{**r, "oldest_pending_seconds": max(0.0, float(r["oldest_pending_seconds"])),
+             "backlog_age_p95_seconds": max(0.0, float(r["backlog_age_p95_seconds"])),
              "oldest_intent_seconds": max(0.0, float(r["oldest_intent_seconds"]))}
             for r in conn.execute(text(GAUGES_SQL), {"now": now, "tenant": tenant_id}).mappings()]
 
 
-# (metric, help, [(gauge field, extra labels)])
-METRICS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
-    ("memory_butler_backlog", "Unconsolidated (pending + failed) episodes per shard key.", (("backlog", ""),)),
-    ("memory_butler_oldest_pending_seconds", "Age of the oldest pending episode (0 when none).",
-     (("oldest_pending_seconds", ""),)),
-    ("memory_butler_dead_letters", "Dead-lettered episodes and write intents.",
-     (("dead_letter_episodes", 'kind="episode"'), ("dead_letter_intents", 'kind="write_intent"'))),
-    ("memory_butler_pending_intents", "Accepted writes not applied yet.", (("pending_intents", ""),)),
-    ("memory_butler_oldest_pending_intent_seconds", "Age of the oldest pending write intent (0 when none).",
-     (("oldest_intent_seconds", ""),)),
-)
+MAINTENANCE_TIMES_SQL = """
+SELECT task, extract(epoch FROM max(started_at)) AS started_at,
+       extract(epoch FROM (array_agg(finished_at ORDER BY started_at DESC))[1]) AS finished_at,
+       extract(epoch FROM max(finished_at)) AS succeeded_at
+FROM maintenance_runs GROUP BY task"""
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def maintenance_times(conn: Connection) -> dict[str, dict[str, float | None]]:
+    """Per maintenance task (Unix times): its newest start, that run's finish (None: running or died) and the
+    newest finish of any run. Fleet-wide: for the operator's /metrics only."""
+    return {r["task"]: {k: None if r[k] is None else float(r[k]) for k in ("started_at", "finished_at", "succeeded_at")}
+            for r in conn.execute(text(MAINTENANCE_TIMES_SQL)).mappings()}
 
 
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+DB_CONNECTIONS_SQL = """
+SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend') AS connections,
+       current_setting('max_connections')::int AS max_connections"""
 
 
-def prometheus_text(rows: Iterable[Mapping[str, Any]]) -> str:
-    """The gauges in Prometheus text exposition format 0.0.4 (HELP/TYPE once per metric, escaped labels)."""
-    rows = list(rows)
-    lines: list[str] = []
-    for name, help_text, series in METRICS:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        for row in rows:
-            key = f'tenant_id="{_label(row["tenant_id"])}",butler="{_label(row["butler"])}"'
-            for field, extra in series:
-                labels = f"{key},{extra}" if extra else key
-                lines.append(f"{name}{{{labels}}} {_number(row[field])}")
-    return "\n".join(lines) + "\n"
-
-
-def maintenance_text(runs: Mapping[str, Mapping[str, Any]]) -> str:
-    """The newest run of each maintenance task as gauges (start and finish as Unix times; finish 0 while running)."""
-    lines = ["# HELP memory_butler_maintenance_last_started_seconds Start of the newest run of each task (Unix time).",
-             "# TYPE memory_butler_maintenance_last_started_seconds gauge"]
-    lines += [f'memory_butler_maintenance_last_started_seconds{{task="{_label(task)}"}} '
-              f'{datetime.fromisoformat(run["started_at"]).timestamp():.3f}' for task, run in sorted(runs.items())]
-    lines += ["# HELP memory_butler_maintenance_last_finished_seconds End of the newest run of each task (Unix time; "
-              "0 while it runs or if it died).", "# TYPE memory_butler_maintenance_last_finished_seconds gauge"]
-    lines += [f'memory_butler_maintenance_last_finished_seconds{{task="{_label(task)}"}} '
-              f'{datetime.fromisoformat(run["finished_at"]).timestamp() if run["finished_at"] else 0:.3f}'
-              for task, run in sorted(runs.items())]
-    return "\n".join(lines) + "\n"
+def db_connections(conn: Connection) -> dict[str, float]:
+    """Client connections on the server and its max_connections (DB saturation, fleet-wide)."""
+    row = conn.execute(text(DB_CONNECTIONS_SQL)).mappings().one()
+    return {"connections": float(row["connections"]), "max_connections": float(row["max_connections"])}
 
 
 # Eligible for consolidation: pending, or failed with its retry backoff elapsed (forgotten ones never are).

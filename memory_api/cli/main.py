@@ -6,8 +6,10 @@ import argparse
 import importlib
 import sys
 
-from shared.config import ConfigError
-from shared.logs import configure_logging
+from pathlib import Path
+
+from shared.config import ConfigError, load_settings
+from shared.logs import configure_cli_logging, configure_logging
 
 # module name -> registers its sub-commands on the parser; modules that do not exist yet are skipped
 COMMAND_MODULES = (
@@ -21,6 +23,19 @@ COMMAND_MODULES = (
     "memory_api.cli.loadtest",   # loadtest burst
     "memory_api.cli.bench",      # bench ...
 )
+
+
+# Long-running commands log as services do (JSON lines on stderr); every other command prints only its answer
+# and warnings, its libraries' chatter (alembic's migration lines, ...) going to <data dir>/logs/cli.log.
+SERVICE_COMMANDS = frozenset({"serve", "up"})
+
+
+def _cli_log(args: argparse.Namespace) -> Path | None:
+    try:
+        data_dir = getattr(args, "data_dir", None) or load_settings().data_dir
+    except ConfigError:
+        return None  # the command itself reports the bad configuration
+    return data_dir.expanduser() / "logs" / "cli.log"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    configure_logging()
+    if args.command in SERVICE_COMMANDS:
+        configure_logging()
+    else:
+        configure_cli_logging(_cli_log(args))
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

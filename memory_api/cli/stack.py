@@ -295,6 +295,8 @@ def hide_password(url: str) -> str:
 # --- up -----------------------------------------------------------------------------------------
 
 WORKER_APP = "memory_workers.app:app"
+# `up`'s worker serves its metrics here unless workers.metrics_port says otherwise.
+UP_WORKER_METRICS_PORT = 9151
 PART_LABELS = {"front": "MCP front", "worker": "Worker", "beat": "Beat", "flower": "Flower"}
 
 
@@ -321,7 +323,7 @@ def plan_parts(settings: Settings, *, host: str, port: int, flower_port: int) ->
     if _module_exists("memory_api.server") and _module_exists("memory_api.cli.serve"):
         parts["front"] = {
             "cmd": [py, "-m", "memory_api", "serve", "--host", host, "--port", str(port)],
-            "url": f"http://{host}:{port}/mcp", "port": (host, port),
+            "url": f"http://{host}:{port}/mcp", "port": (host, port), "metrics": f"http://{host}:{port}/metrics",
         }
     else:
         parts["front"] = {"skipped": "not installed yet (memory_api.server / memory_api.cli.serve missing)"}
@@ -331,10 +333,15 @@ def plan_parts(settings: Settings, *, host: str, port: int, flower_port: int) ->
         return parts
     celery = [py, "-m", "celery", "-A", WORKER_APP]
     queues = _worker_queues(settings.workers.shard_count)
+    metrics_port = settings.workers.metrics_port or UP_WORKER_METRICS_PORT
     parts["worker"] = {"skipped": "shared.sharding is not importable yet"} if queues is None else {
         "cmd": [*celery, "worker", "-E", "--loglevel", "INFO", "--concurrency", "2",
                 "--queues", ",".join(queues), "--hostname", "worker1@%h"],
         "note": f"{len(queues) - 1} shard queues + maintenance",
+        # The node serves its pool processes' metrics (shared/telemetry.py) on 127.0.0.1 only.
+        "env": {"MEMORY_BUTLER_WORKERS__METRICS_PORT": str(metrics_port),
+                "MEMORY_BUTLER_WORKERS__METRICS_HOST": "127.0.0.1"},
+        "port": ("127.0.0.1", metrics_port), "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
     }
     parts["beat"] = {
         "cmd": [*celery, "beat", "--loglevel", "INFO", "-s", str(data_dir / "celerybeat-schedule")],
@@ -374,7 +381,7 @@ class Stack:
             "version": 1, "state": "starting", "up": {"pid": me.pid, "create_time": me.create_time()},
             "data_dir": str(self.data_dir), "log_dir": str(self.log_dir),
             "token_file": str(self.data_dir / TOKEN_FILE), "processes": [],
-            "parts": {name: {k: v for k, v in part.items() if k in ("url", "note", "skipped")}
+            "parts": {name: {k: v for k, v in part.items() if k in ("url", "note", "skipped", "metrics")}
                       for name, part in parts.items()},
         }
 
@@ -395,7 +402,7 @@ class Stack:
             if stopping.is_set():
                 return
             if "cmd" in part:
-                popen = _spawn(name, part["cmd"], env=env, log_dir=self.log_dir)
+                popen = _spawn(name, part["cmd"], env={**env, **part.get("env", {})}, log_dir=self.log_dir)
                 self.children[name] = popen
                 self.record["processes"].append(_process_record(name, popen, self.log_dir, cmd=part["cmd"]))
                 self.save()
@@ -405,7 +412,7 @@ class Stack:
     def restart(self, name: str) -> subprocess.Popen:
         """Start part ``name`` again with its original command and environment; stack.json follows."""
         cmd = self.parts[name]["cmd"]
-        popen = _spawn(name, cmd, env=self.env, log_dir=self.log_dir)
+        popen = _spawn(name, cmd, env={**self.env, **self.parts[name].get("env", {})}, log_dir=self.log_dir)
         self.record["processes"] = [p for p in self.record["processes"] if p.get("name") != name]
         self.record["processes"].append(_process_record(name, popen, self.log_dir, cmd=cmd))
         self.save()
@@ -522,6 +529,16 @@ def _lock_data_dir(data_dir: Path) -> int | None:
     return fd
 
 
+def metrics_rows(parts: dict[str, dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """Where the metrics are: the front's /metrics (a token) and the worker node's port (docs/operations.md)."""
+    rows = []
+    if parts.get("front", {}).get("metrics"):
+        rows.append(("Metrics", parts["front"]["metrics"], "Prometheus; the dev token (admin) or an operator token"))
+    if parts.get("worker", {}).get("metrics"):
+        rows.append(("Worker metrics", parts["worker"]["metrics"], "Prometheus; the worker's pool processes, summed"))
+    return rows
+
+
 def print_summary(record: dict[str, Any]) -> None:
     """The table of what runs where, printed by `up`."""
     postgres = record["postgres"]
@@ -536,6 +553,7 @@ def print_summary(record: dict[str, Any]) -> None:
     front_url = record["parts"].get("front", {}).get("url")
     if front_url:  # the front serves the dashboard next to /mcp
         rows.append(("Dashboard", front_url.removesuffix("/mcp") + "/memory", "sign in with the dev token"))
+    rows += metrics_rows(record["parts"])
     token_file = Path(record["token_file"])
     token = token_file.read_text().strip() if token_file.is_file() else "?"
     rows.append(("Dev token", token, f"admin, every butler; also in {token_file}"))
@@ -543,7 +561,7 @@ def print_summary(record: dict[str, Any]) -> None:
     width = min(max(len(value) for _, value, _ in rows), 48)  # a long URL may overflow its column
     print("Memory Butler is up.\n")
     for label, value, note in rows:
-        print(f"  {label:<11} {value:<{width}}  {note}".rstrip())
+        print(f"  {label:<14} {value:<{width}}  {note}".rstrip())
     print("\nSend the token as 'Authorization: Bearer <token>'. Stop with Ctrl-C or `memory-butler down`.")
     sys.stdout.flush()
 
@@ -595,7 +613,7 @@ def _busy_port(parts: dict[str, dict[str, Any]]) -> str | None:
     """A message naming the first port a part needs that is already taken, or None."""
     for name, part in parts.items():
         if "port" in part and not _port_free(*part["port"]):
-            flag = "--port" if name == "front" else "--flower-port"
+            flag = {"front": "--port", "worker": "MEMORY_BUTLER_WORKERS__METRICS_PORT"}.get(name, "--flower-port")
             return f"{part['port'][0]}:{part['port'][1]} is in use; choose another with {flag}"
     return None
 

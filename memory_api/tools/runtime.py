@@ -20,6 +20,7 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 
 from memory_api.tools.services import Services, classify_db_error
+from shared import telemetry
 from shared.errors import ButlerError, InvalidInput, PermissionDenied, Unavailable
 from shared.schemas import RequestContext
 from shared.tenancy import Principal
@@ -149,7 +150,7 @@ def _log(tool: str, call: Call | None, request_id: str, started: float, error: B
     duration_ms = round((time.perf_counter() - started) * 1000, 2)
     outcome = error.code if error else (call.outcome if call else "ok")
     if call is not None:
-        call.services.metrics.observe(tool, outcome, duration_ms / 1000)
+        telemetry.observe_tool(tool, outcome, duration_ms / 1000)
     extra = {"tool": tool, "tenant": call.tenant if call else None, "request_id": request_id,
              "duration_ms": duration_ms, "outcome": outcome}
     lineage = call.lineage if call else None
@@ -190,8 +191,8 @@ class ClassifiedTool(Tool):
             services = context.request_context.lifespan_context
         except (ValueError, AttributeError):  # called outside a request (tests of the tool itself)
             services = None
-        if isinstance(services, Services):
-            services.metrics.observe(self.name, error.code, 0.0)
+        if isinstance(services, Services):  # counted; its latency (it never ran) stays out of the histogram
+            telemetry.observe_tool(self.name, error.code, None)
         return error_result(error, request_id)
 
 

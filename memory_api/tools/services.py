@@ -1,17 +1,15 @@
 """The front's process-wide resources, made once at start (lifespan) and shared by every call.
 
 Engine, Reader, the embedding model (loaded at start so the first call is fast), the token counter, the
-reference bumper and the broker publisher. Also the per-tool request metrics that /metrics exports.
+reference bumper and the broker publisher. (The per-tool request metrics live in shared.telemetry.)
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -52,7 +50,6 @@ class Services:
     publisher: Any = None                       # memory_workers.enqueue.Publisher
     limiter: anyio.CapacityLimiter | None = None
     auth_limiter: anyio.CapacityLimiter | None = None
-    metrics: ToolMetrics = field(default_factory=lambda: ToolMetrics())
     token_limits: TokenLimits | None = None
     token_cache: Any = None                     # memory_api.server.TokenCache (a purge evicts its tenant)
 
@@ -141,32 +138,3 @@ def _classified(fn: Callable[[], T]) -> Callable[[], T]:
                 raise
             raise error from exc
     return run
-
-
-class ToolMetrics:
-    """Calls and latency per tool and outcome, for /metrics (this process only; Prometheus sums the fronts)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._calls: dict[tuple[str, str], int] = defaultdict(int)
-        self._seconds: dict[str, float] = defaultdict(float)
-        self._count: dict[str, int] = defaultdict(int)
-
-    def observe(self, tool: str, outcome: str, seconds: float) -> None:
-        with self._lock:
-            self._calls[(tool, outcome)] += 1
-            self._seconds[tool] += seconds
-            self._count[tool] += 1
-
-    def prometheus_text(self) -> str:
-        with self._lock:
-            calls, seconds, count = dict(self._calls), dict(self._seconds), dict(self._count)
-        lines = ["# HELP memory_butler_tool_calls_total Tool calls by tool and outcome (ok, degraded, error class).",
-                 "# TYPE memory_butler_tool_calls_total counter"]
-        lines += [f'memory_butler_tool_calls_total{{tool="{t}",outcome="{o}"}} {n}' for (t, o), n in sorted(calls.items())]
-        lines += ["# HELP memory_butler_tool_seconds Time spent serving tool calls.",
-                  "# TYPE memory_butler_tool_seconds summary"]
-        for tool in sorted(count):
-            lines += [f'memory_butler_tool_seconds_sum{{tool="{tool}"}} {seconds[tool]:.6f}',
-                      f'memory_butler_tool_seconds_count{{tool="{tool}"}} {count[tool]}']
-        return "\n".join(lines) + "\n"

@@ -28,6 +28,7 @@ from sqlalchemy import Engine
 from memory_workers.app import CONSOLIDATE_TASK, app, soft_time_limit
 from memory_workers.enqueue import wake_consolidate
 from memory_workers.tasks import Embedder, KeyRunSummary, runtime, worker_name
+from shared import telemetry
 from shared.config import Settings
 from shared.consolidation import (
     Failure, RunContext, StaleBatch, apply_run, describe_error, fetch_batch, has_due, key_lock,
@@ -113,11 +114,17 @@ class _Runner:
 
         A run stopped by the task's soft time limit (a hanging extractor) still counts as an attempt of the
         batch's episodes, so they back off and end in dead_letter instead of looping forever."""
+        started, outcome = time.perf_counter(), "error"
         try:
-            return self._run_batch(batch)
+            result = self._run_batch(batch)
+            outcome = "stale" if result.get("stale") else "isolated" if result.get("isolated") else "ok"
+            return result
         except SoftTimeLimitExceeded:
+            outcome = "timed_out"
             self._count_timeout(batch)
             raise
+        finally:
+            telemetry.CONSOLIDATION_SECONDS.labels(outcome).observe(time.perf_counter() - started)
 
     def _count_timeout(self, batch: Batch) -> None:
         failures = [Failure(e.id, TIMED_OUT) for e in batch.active]
@@ -167,7 +174,12 @@ class _Runner:
         return plans, failures
 
     def _plan(self, batch: Batch, chosen: Sequence[DueEpisode], *, group: str) -> Plan:
-        extraction = self.extractor.extract(batch.request(chosen))
+        started, outcome = time.perf_counter(), "error"
+        try:
+            extraction = self.extractor.extract(batch.request(chosen))
+            outcome = "ok"
+        finally:
+            telemetry.EXTRACTOR_SECONDS.labels(self.extractor.name, outcome).observe(time.perf_counter() - started)
         plan = plan_extraction(extraction, batch=batch, episode_ids=[e.id for e in chosen], group=group,
                                extractor=self.extractor.name,
                                global_predicates=self.settings.consolidation.global_predicates)

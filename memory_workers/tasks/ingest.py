@@ -27,7 +27,7 @@ from sqlalchemy import Connection, RowMapping, text
 from memory_workers.app import APPLY_TASK, app
 from memory_workers.enqueue import wake_apply, wake_consolidate
 from memory_workers.tasks import KeyRunSummary, Runtime, runtime, worker_name
-from shared import conversation, intake, writes
+from shared import conversation, intake, telemetry, writes
 from shared import repository as repo
 from shared.consolidation import describe_error
 from shared.consolidation_plan import embedding_text
@@ -155,7 +155,10 @@ def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
         counts[_mark_failed(conn, rt, *held)] += 1
         return counts
     savepoint.commit()
-    intake.mark_applied(conn, ids=[i["id"] for i in applied], now=datetime.now(timezone.utc))
+    now = datetime.now(timezone.utc)
+    intake.mark_applied(conn, ids=[i["id"] for i in applied], now=now)
+    for intent in applied:  # observed before the caller commits: a rolled-back batch is re-applied and re-observed
+        telemetry.APPLY_LAG.labels(intent["kind"]).observe(max(0.0, (now - intent["created_at"]).total_seconds()))
     counts.update(i["kind"] for i in applied)
     for intent, exc in failures:
         if held is None or intent["seq"] <= held[0]["seq"]:  # the ones after a held intent were not really tried

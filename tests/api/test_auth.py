@@ -110,5 +110,5 @@ def test_metrics_need_an_admin_token(front: Front, health: Butler, admin: Butler
     admin.ok("memory_search", query="anything")
     response = httpx.get(f"{front.base}/metrics", headers={"Authorization": f"Bearer {admin.token}"}, timeout=10)
     assert response.status_code == 200
-    assert 'memory_butler_tool_calls_total{tool="memory_search",outcome="ok"}' in response.text
-    assert "memory_butler_database_up 1" in response.text
+    assert 'memory_butler_tool_calls_total{outcome="ok",tool="memory_search"}' in response.text
+    assert "memory_butler_database_up 1.0" in response.text

@@ -74,7 +74,7 @@ def test_database_refusing_connections(proxied, engine: Engine, tenant_a: str) -
     health = httpx.get(f"{front.base}/healthz", timeout=10)
     assert health.status_code == 503 and health.json()["reason"]
     metrics = httpx.get(f"{front.base}/metrics", headers={"Authorization": f"Bearer {butler.token}"}, timeout=10)
-    assert metrics.status_code == 200 and "memory_butler_database_up 0" in metrics.text
+    assert metrics.status_code == 200 and "memory_butler_database_up 0.0" in metrics.text
     fresh = httpx.post(front.url, json={}, headers={"Authorization": f"Bearer {new_token(engine, tenant_a, ['x'])}"},
                        timeout=10)
     assert fresh.status_code == 503 and fresh.json()["retryable"] is True

@@ -78,8 +78,11 @@ def test_up_runs_the_stack_and_down_leaves_nothing_behind(tmp_path):
     log_path = tmp_path / "up.log"
     cmd = [sys.executable, "-m", "memory_api", "up", "--data-dir", str(data_dir),
            "--port", str(_free_port()), "--flower-port", str(_free_port())]
+    # (and a free port for the worker's metrics: the default 9151 may be taken on a shared machine)
+    worker_metrics = _free_port()
+    env = {**_env(), "MEMORY_BUTLER_WORKERS__METRICS_PORT": str(worker_metrics)}
     with open(log_path, "w") as log:
-        up = subprocess.Popen(cmd, env=_env(), cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+        up = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     try:
         # when status reports the stack healthy
         def healthy() -> dict | None:
@@ -102,6 +105,8 @@ def test_up_runs_the_stack_and_down_leaves_nothing_behind(tmp_path):
         # and Redis answers, and the summary shows the dev token that was saved
         assert redis_lib.Redis.from_url(REDIS_URL, socket_timeout=5).ping()
         assert (data_dir / "dev-token").read_text().strip() in log_path.read_text()
+        # and where the front's and the worker's metrics are
+        assert f"http://127.0.0.1:{worker_metrics}/metrics" in log_path.read_text()
 
         postmaster = int((data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
         recorded = {c["pid"] for c in report["components"] if c["pid"]}

@@ -6,9 +6,11 @@ import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from shared import stats as stats_mod
+from shared import telemetry
 from shared.config import load_settings
 from tests.factories import VEC, insert_episode, next_seq
 
@@ -106,18 +108,34 @@ def test_stats_scope_narrows_to_global_plus_scope_and_the_butlers_episodes(conn,
     assert stats_mod.stats(conn, tenant_id=other, scope=None, now=NOW, settings=SETTINGS)["facts"]["total"] == 0
 
 
+def _samples(body: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body) for s in family.samples}
+
+
 def test_the_last_run_of_each_maintenance_task_is_the_operators_not_a_tenants(conn, tenant):
+    # given a task whose newest run died mid-run after an older one finished
     conn.execute(text("INSERT INTO maintenance_runs (task, tick, started_at, finished_at, summary) VALUES "
-                      "('memory.t1', 'a', now() - interval '1 day', NULL, '{}'), "
-                      "('memory.t1', 'b', now(), now(), '{\"batches\": 2}')"))
+                      "('memory.t1', 'a', :day_ago, :day_ago, '{}'), "
+                      "('memory.t1', 'b', :hour_ago, NULL, '{\"batches\": 2}')"),
+                 {"day_ago": NOW - timedelta(days=1), "hour_ago": NOW - timedelta(hours=1)})
     runs = stats_mod.last_maintenance_runs(conn)
     assert runs["memory.t1"]["tick"] == "b" and runs["memory.t1"]["summary"] == {"batches": 2}
-    assert 'memory_butler_maintenance_last_finished_seconds{task="memory.t1"} ' in stats_mod.maintenance_text(runs)
+    # then the gauges show the newest start, its missing finish, and the older success
+    times = stats_mod.maintenance_times(conn)["memory.t1"]
+    assert times == {"started_at": (NOW - timedelta(hours=1)).timestamp(), "finished_at": None,
+                     "succeeded_at": (NOW - timedelta(days=1)).timestamp()}
+    body = telemetry.scrape_text(telemetry.maintenance_families({"memory.t1": times}, {"memory.t1": 3600.0})).decode()
+    samples = _samples(body)
+    assert samples[("memory_butler_maintenance_last_started_seconds", (("task", "memory.t1"),))] == times["started_at"]
+    assert samples[("memory_butler_maintenance_last_finished_seconds", (("task", "memory.t1"),))] == 0.0
+    assert samples[("memory_butler_maintenance_last_success_seconds", (("task", "memory.t1"),))] == times["succeeded_at"]
+    assert samples[("memory_butler_maintenance_period_seconds", (("task", "memory.t1"),))] == 3600.0
     # fleet-wide rows (with their raw summaries) are not part of a tenant's memory_stats (issue 16, A2)
     assert "maintenance" not in stats_mod.stats(conn, tenant_id=tenant, scope=None, now=NOW, settings=SETTINGS)
 
 
-def test_gauges_per_shard_key_and_prometheus_text(conn, tenant):
+def test_gauges_per_shard_key_and_their_exposition(conn, tenant):
     # given a key with backlog, dead letters and pending intents, and a drained key
     _episode(conn, tenant, butler="health", status="pending", age_seconds=120)
     _episode(conn, tenant, butler="health", status="failed", age_seconds=999)
@@ -131,13 +149,18 @@ def test_gauges_per_shard_key_and_prometheus_text(conn, tenant):
     assert (health["backlog"], health["oldest_pending_seconds"], health["dead_letter_episodes"]) == (2, 120.0, 1)
     assert (health["pending_intents"], health["oldest_intent_seconds"]) == (1, 30.0)
     assert (chat["backlog"], chat["oldest_pending_seconds"], chat["pending_intents"]) == (0, 0.0, 0)
+    # the p95 age of the unconsolidated episodes (pending and failed) is the older one's (of two, 95 % are younger)
+    assert health["backlog_age_p95_seconds"] == 999.0 and chat["backlog_age_p95_seconds"] == 0.0
     # and the exposition text is well formed
-    body = stats_mod.prometheus_text([health, chat])
-    assert f'memory_butler_backlog{{tenant_id="{tenant}",butler="health"}} 2\n' in body
-    assert f'memory_butler_oldest_pending_seconds{{tenant_id="{tenant}",butler="health"}} 120\n' in body
-    assert f'memory_butler_dead_letters{{tenant_id="{tenant}",butler="health",kind="episode"}} 1\n' in body
-    assert f'memory_butler_pending_intents{{tenant_id="{tenant}",butler="chat"}} 0\n' in body
-    sample = re.compile(r'^[a-z_]+\{(?:[a-z_]+="(?:[^"\\]|\\.)*",?)+\} -?[0-9.e+]+$')
+    body = telemetry.scrape_text(telemetry.key_families([health, chat])).decode()
+    samples = _samples(body)
+    h, c = (("butler", "health"), ("tenant_id", tenant)), (("butler", "chat"), ("tenant_id", tenant))
+    assert samples[("memory_butler_backlog", h)] == 2
+    assert samples[("memory_butler_oldest_pending_seconds", h)] == 120
+    assert samples[("memory_butler_backlog_age_p95_seconds", h)] == 999
+    assert samples[("memory_butler_dead_letters", (("butler", "health"), ("kind", "episode"), ("tenant_id", tenant)))] == 1
+    assert samples[("memory_butler_pending_intents", c)] == 0
+    sample = re.compile(r'^[a-z_0-9]+\{(?:[a-z_]+="(?:[^"\\]|\\.)*",?)+\} -?[0-9.e+]+$')
     for line in body.splitlines():
         assert line.startswith("# ") or sample.match(line), line
     assert body.count("# TYPE memory_butler_backlog gauge") == 1
@@ -145,7 +168,14 @@ def test_gauges_per_shard_key_and_prometheus_text(conn, tenant):
 
 def test_prometheus_labels_are_escaped():
     row = {"tenant_id": 'a"b\\c', "butler": "x\ny", "backlog": 1, "oldest_pending_seconds": 1.5,
-           "dead_letter_episodes": 0, "dead_letter_intents": 0, "pending_intents": 0, "oldest_intent_seconds": 0}
-    body = stats_mod.prometheus_text([row])
-    assert 'memory_butler_backlog{tenant_id="a\\"b\\\\c",butler="x\\ny"} 1' in body
-    assert 'memory_butler_oldest_pending_seconds{tenant_id="a\\"b\\\\c",butler="x\\ny"} 1.5' in body
+           "backlog_age_p95_seconds": 2, "dead_letter_episodes": 0, "dead_letter_intents": 0, "pending_intents": 0,
+           "oldest_intent_seconds": 0}
+    body = telemetry.scrape_text(telemetry.key_families([row])).decode()
+    assert 'tenant_id="a\\"b\\\\c"' in body and 'butler="x\\ny"' in body
+    labels = (("butler", "x\ny"), ("tenant_id", 'a"b\\c'))
+    assert _samples(body)[("memory_butler_oldest_pending_seconds", labels)] == 1.5
+
+
+def test_db_connections_reads_the_server(conn):
+    db = stats_mod.db_connections(conn)
+    assert db["max_connections"] >= 1 and 1 <= db["connections"] <= db["max_connections"]

@@ -7,6 +7,9 @@ against the code: every command named exists, every queue a worker consumes is a
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -190,7 +193,7 @@ def test_example_butler_toml_documents_every_key_with_its_default(monkeypatch, t
     butler = tomllib.loads(example.read_text())["butler"]
     documented = _toml_keys({k: v for k, v in butler.items() if k not in ("name", "description", "db")})
     documented = {"api.port" if key == "port" else key for key in documented}
-    assert documented == _keys(Settings) - {"database_url", "redis_url", "data_dir"}
+    assert documented == _keys(Settings) - {"database_url", "redis_url", "data_dir", "workers.metrics_dir"}
 
 
 def test_the_shared_front_limits_each_token_and_the_embedded_stack_does_not():
@@ -205,3 +208,63 @@ def test_the_shared_front_limits_each_token_and_the_embedded_stack_does_not():
         "MEMORY_BUTLER_API__TOKEN_MAX_CONCURRENT"}
     default = load_settings().api
     assert (default.token_rate_per_second, default.token_burst, default.token_max_concurrent) == (0, 0, 0)
+
+
+PROMETHEUS = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+
+
+def _scrape_job(name: str) -> dict:
+    return next(job for job in PROMETHEUS["scrape_configs"] if job["job_name"] == name)
+
+
+def _targets(job: dict) -> set[str]:
+    return {t for static in job["static_configs"] for t in static["targets"]}
+
+
+def test_prometheus_runs_with_the_repos_config_and_rules():
+    prometheus = SERVICES["prometheus"]
+    assert prometheus["image"].startswith("prom/prometheus:v2.")  # pinned, not :latest
+    assert "./deploy/prometheus:/etc/prometheus:ro" in prometheus["volumes"]
+    assert any(v.endswith(":/prometheus") for v in prometheus["volumes"])  # its TSDB survives a restart
+    assert "--config.file=/etc/prometheus/prometheus.yml" in _command("prometheus")
+    assert "9090:9090" in prometheus["ports"]
+    # the rules it loads are the ones tests/unit/test_alert_rules.py checks
+    assert PROMETHEUS["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    assert (ROOT / "deploy" / "prometheus" / "alerts.yml").is_file()
+
+
+def test_prometheus_scrapes_every_front_with_an_operator_token():
+    fronts = [s for s in SERVICES if _command(s)[:2] == ["memory-butler", "serve"]]
+    job = _scrape_job("memory-butler-front")
+    assert _targets(job) == {f"{front}:{_option(_command(front), '--port')}" for front in fronts}
+    # /metrics needs a token; an operator token sees the fleet (the file is the operator's, never committed)
+    assert job["authorization"]["credentials_file"] == "/etc/prometheus/operator.token"
+    assert "deploy/prometheus/operator.token" in (ROOT / ".gitignore").read_text().split()
+
+
+def test_prometheus_scrapes_every_worker_node_on_its_metrics_port():
+    job = _scrape_job("memory-butler-worker")
+    ports = {w: SERVICES[w]["environment"]["MEMORY_BUTLER_WORKERS__METRICS_PORT"] for w in _workers()}
+    assert _targets(job) == {f"{w}:{port}" for w, port in ports.items()}
+    for worker in _workers():
+        env = SERVICES[worker]["environment"]
+        assert int(env["MEMORY_BUTLER_WORKERS__METRICS_PORT"]) > 0
+        assert env["MEMORY_BUTLER_WORKERS__METRICS_HOST"] == "0.0.0.0"  # reachable from the prometheus container
+        assert "9150" not in " ".join(SERVICES[worker].get("ports", []))  # and from nowhere else
+        # the metrics settings are real settings of the worker
+        load_settings(workers={"metrics_port": int(env["MEMORY_BUTLER_WORKERS__METRICS_PORT"]),
+                               "metrics_host": env["MEMORY_BUTLER_WORKERS__METRICS_HOST"]})
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None and not os.environ.get("CI"),
+                    reason="promtool not installed (Debian's prometheus package; `bash deploy/dev.sh install`)")
+def test_promtool_accepts_the_prometheus_config(tmp_path):
+    # given the config with its /etc/prometheus paths pointed at a copy of deploy/prometheus (and a token file)
+    for name in ("alerts.yml", "prometheus.yml"):
+        (tmp_path / name).write_text((ROOT / "deploy" / "prometheus" / name).read_text()
+                                     .replace("/etc/prometheus/", f"{tmp_path}/"))
+    (tmp_path / "operator.token").write_text("mb_placeholder\n")
+    # then promtool accepts it and the rules it names
+    done = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
