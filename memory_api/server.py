@@ -27,6 +27,7 @@ from memory_api import dashboard
 from memory_api.tools import build_tools
 from memory_api.tools.runtime import PRINCIPAL_SCOPE_KEY, utcnow
 from memory_api.tools.services import Services
+from shared import replicas
 from shared import stats as shared_stats
 from shared.config import ConfigError, Settings
 from shared.db import unit_of_work
@@ -179,6 +180,7 @@ def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
                 return text + shared_stats.maintenance_text(shared_stats.last_maintenance_runs(conn)) if fleet else text
 
         text = services.metrics.prometheus_text() + _publisher_text(services)
+        text += replicas.prometheus_text(services.plane.statuses() if services.plane else [])
         try:
             text += await services.in_thread(gauges, deadline=HEALTH_DEADLINE_S) + _up(1)
         except Unavailable:

@@ -23,13 +23,17 @@ Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, m
                    Field(description="What went wrong when the rule was applied (kept as evidence).")]
 
 
-async def _in_transaction(call: Call, fn: Callable[[Connection], dict[str, Any]]) -> dict[str, Any]:
-    """One transaction in a worker thread; a classified refusal (not found, pending, ...) rolls it back."""
+async def _in_transaction(call: Call, about: uuid.UUID, fn: Callable[[Connection], dict[str, Any]]) -> dict[str, Any]:
+    """One transaction in a worker thread; a classified refusal (not found, pending, ...) rolls it back.
+
+    Done at once, so this caller's next reads (and any read of ``about``) see it, on a replica or the primary."""
     engine = call.services.engine
 
     def work() -> dict[str, Any]:
         with unit_of_work(engine) as conn:
-            return fn(conn)
+            out = fn(conn)
+        call.wrote([about], synchronous=True)
+        return out
 
     return await call.write(work)
 
@@ -44,7 +48,7 @@ async def memory_confirm(
     invalid_transition (it was forgotten or superseded: memory_restore brings back a forgotten one)."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
-    out = await _in_transaction(call, lambda conn: writes.confirm(
+    out = await _in_transaction(call, id, lambda conn: writes.confirm(
         conn, tenant_id=call.tenant, kind=type, entity_id=id, visibility=visibility, actor=call.actor(),
         now=utcnow()))
     return Confirmed(type=type, id=str(id), validity=out["validity"], last_confirmed_at=out["last_confirmed_at"],
@@ -55,7 +59,7 @@ async def _mark(call: Call, rule_id: uuid.UUID, outcome: Literal["helpful", "har
                 reason: str | None) -> RuleFeedback:
     visibility = access.default_visibility(call.principal)
     settings = call.services.settings.memory.rules
-    out = await _in_transaction(call, lambda conn: writes.mark_rule(
+    out = await _in_transaction(call, rule_id, lambda conn: writes.mark_rule(
         conn, tenant_id=call.tenant, rule_id=rule_id, outcome=outcome, reason=reason, visibility=visibility,
         actor=call.actor(), now=utcnow(), rules=settings))
     return RuleFeedback(rule_id=str(rule_id), outcome=outcome, maturity=out["maturity"],
@@ -85,7 +89,7 @@ async def memory_forget(ctx: Context, type: TypeArg, id: MemoryId, request_conte
     at once (a fact becomes retracted). Recoverable with memory_restore; audited."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
-    await _in_transaction(call, lambda conn: writes.forget(
+    await _in_transaction(call, id, lambda conn: writes.forget(
         conn, tenant_id=call.tenant, kind=type, entity_id=id, visibility=visibility, actor=call.actor(),
         now=utcnow()))
     return Lifecycle(type=type, id=str(id), status="retracted", request_id=call.request_id)
@@ -97,6 +101,6 @@ async def memory_restore(ctx: Context, type: TypeArg, id: MemoryId, request_cont
     (else integrity_violation: forget or supersede that one first)."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
-    await _in_transaction(call, lambda conn: writes.restore(
+    await _in_transaction(call, id, lambda conn: writes.restore(
         conn, tenant_id=call.tenant, kind=type, entity_id=id, visibility=visibility, actor=call.actor()))
     return Lifecycle(type=type, id=str(id), status="restored", request_id=call.request_id)

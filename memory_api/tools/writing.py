@@ -46,8 +46,10 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
         for attempt in (1, 2):
             try:
                 with unit_of_work(engine) as conn:
-                    return intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
-                                         request_id=call.request_id, now=utcnow())
+                    accepted = intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
+                                             request_id=call.request_id, now=utcnow())
+                call.wrote(a.id for a in accepted)  # memory_get of these ids reads where the intents are
+                return accepted
             except intake.ConcurrentReplay:
                 if attempt == 2:  # the second try finds the first writer's row; a third race is not worth waiting
                     raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None
