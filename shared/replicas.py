@@ -119,7 +119,7 @@ class ReadPlane:
     def __init__(self, *, primary: Engine, replica_urls: Sequence[str] = (), max_lag_s: float = 10.0,
                  check_interval_s: float = 1.0, pool_size: int = 5, connect_timeout_s: int = 3) -> None:
         self.primary = primary
-        self.max_lag_s, self.check_interval_s = max_lag_s, check_interval_s
+        self.max_lag_s, self.check_interval_s, self.connect_timeout_s = max_lag_s, check_interval_s, connect_timeout_s
         # A status older than this vouches for nothing (the watch is stuck on a replica that stopped answering).
         self.stale_after_s = max(3 * check_interval_s, 3.0)
         self.replicas = [Replica(url, primary=primary, pool_size=pool_size, connect_timeout_s=connect_timeout_s)
@@ -133,13 +133,19 @@ class ReadPlane:
         _planes.add(self)
 
     def start(self) -> None:
-        """Check every replica once (the first reads may use them), then watch each in a daemon thread."""
+        """Watch each replica in a daemon thread; wait (a bounded time) for the first checks, so the first reads
+        may use the replicas. A replica that hangs does not hold the front's start: its reads go to the primary."""
+        first = []
         for replica in self.replicas:
-            replica.check()
-            thread = threading.Thread(target=self._watch, args=(replica,), name=f"replica-watch-{replica.label}",
-                                      daemon=True)
+            checked = threading.Event()
+            thread = threading.Thread(target=self._watch, args=(replica, checked), daemon=True,
+                                      name=f"replica-watch-{replica.label}")
             thread.start()
             self._threads.append(thread)
+            first.append(checked)
+        deadline = time.monotonic() + self.connect_timeout_s + 1.0
+        for checked in first:
+            checked.wait(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
         self._stop.set()
@@ -149,7 +155,9 @@ class ReadPlane:
             replica.engine.dispose()
         _planes.discard(self)
 
-    def _watch(self, replica: Replica) -> None:
+    def _watch(self, replica: Replica, checked: threading.Event) -> None:
+        replica.check()
+        checked.set()
         while not self._stop.wait(self.check_interval_s):
             replica.check()
 

@@ -9,6 +9,7 @@ this module's own (tests/replication.py) and is stopped at the end, also when a 
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +25,7 @@ from shared import replicas
 from shared.config import Settings, load_settings
 from shared.embedding import get_embedder
 from shared.writes import Actor
-from tests.api.conftest import Butler, Front, new_tenant, new_token
+from tests.api.conftest import Butler, Front, TcpProxy, new_tenant, new_token
 from tests.api.dashboard_client import Dash
 from tests.polling import poll
 from tests.replication import ReplicaPair
@@ -246,3 +247,23 @@ def test_without_replicas_every_read_goes_to_the_primary(primary):
         assert plane.statuses() == []
     finally:
         plane.close()
+
+
+def test_a_replica_that_swallows_connections_holds_neither_the_start_nor_the_reads(engine, database_url):
+    # given a replica URL whose server accepts connections and never answers
+    proxy = TcpProxy(database_url).start()
+    proxy.stall()
+    plane = replicas.ReadPlane(primary=engine, replica_urls=[proxy.url], check_interval_s=0.1, connect_timeout_s=1)
+    try:
+        # when the front starts its read plane
+        started = time.monotonic()
+        plane.start()
+        # then the start waits a bounded time, and reads go to the primary
+        assert time.monotonic() - started < 3.0
+        with plane.connect() as conn:
+            assert conn.engine is engine and conn.execute(text("SELECT 1")).scalar() == 1
+        poll(lambda: plane.statuses()[0].reason and plane.statuses()[0].reason.startswith("unreachable"),
+             deadline_s=10, what="the stalled replica reported unreachable")
+    finally:
+        plane.close()
+        proxy.close()
