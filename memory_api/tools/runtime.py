@@ -63,14 +63,19 @@ class Call:
     def reader(self, *ids: uuid.UUID) -> Reader:
         """The Reader for this call: a replica, unless a recent write of this front that the call names (one of
         ``ids``, its request_id) or its token changed synchronously needs a server that has replayed it."""
-        keys = [*(f"id:{i}" for i in ids), f"request:{self.request_id}", _token_key(self.principal)]
+        keys = [*(f"id:{i}" for i in ids), self._request_key, _token_key(self.principal)]
         return self.services.reader.after(self.services.plane.floor(keys))
 
     def wrote(self, ids: Iterable[uuid.UUID], *, synchronous: bool = False) -> None:
         """After a commit, in the write's thread: reads naming ``ids`` or this request_id (and, for a change made
         at once rather than accepted for the workers, any read by this token) see it (see :meth:`reader`)."""
-        keys = [*(f"id:{i}" for i in ids), f"request:{self.request_id}"]
+        keys = [*(f"id:{i}" for i in ids), self._request_key]
         self.services.plane.note_write([*keys, _token_key(self.principal) if synchronous else None])
+
+    @property
+    def _request_key(self) -> str | None:
+        """The caller's own request_id (one the front made up cannot be named by a later read)."""
+        return f"request:{self.lineage.request_id}" if self.lineage and self.lineage.request_id else None
 
     async def read(self, fn: Callable[[], T]) -> T:
         """Run a read in a worker thread; Unavailable if the database does not answer within the read bound."""

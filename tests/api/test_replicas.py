@@ -235,6 +235,29 @@ def test_the_dashboard_reads_the_replica_and_a_person_sees_their_own_edit(pair, 
         assert fact_id in [f["id"] for f in listed["items"]]
 
 
+def test_a_butler_that_forgot_a_memory_does_not_recall_it_from_a_replica_behind(pair, primary, paused, redis_url):
+    # given a fact the replica has, then the replica paused
+    settings = settings_for(pair, redis_url, max_lag_s=600)
+    tenant = new_tenant(primary)
+    with Front(settings) as front:
+        forgetter = Butler(front.url, new_token(primary, tenant, [BUTLER]))
+        other = Butler(front.url, new_token(primary, tenant, [BUTLER]))
+        pair.replica_sql("SELECT pg_wal_replay_resume()")
+        fact_id = store_fact(forgetter, "The user's locker code is 4471")
+        apply_writes(settings, primary, tenant)
+        pair.wait_replayed()
+        pair.replica_sql("SELECT pg_wal_replay_pause()")
+        poll(lambda: pair.replica_sql("SELECT pg_get_wal_replay_pause_state()") == "paused", deadline_s=30,
+             what="replay paused")
+        # when one butler forgets it (on the primary, at once)
+        forgetter.ok("memory_forget", type="fact", id=fact_id)
+        # then that butler's next reads do not return it (they need the forget: the primary answers)
+        assert fact_id not in recalled(forgetter, "locker code")
+        assert forgetter.ok("memory_get", type="fact", id=fact_id)["memory"]["validity"] == "retracted"
+        # while another token's reads are served by the paused replica, where it is still active
+        assert fact_id in recalled(other, "locker code")
+
+
 def test_without_replicas_every_read_goes_to_the_primary(primary):
     # given a plane with no replica configured
     plane = replicas.ReadPlane(primary=primary)
