@@ -258,6 +258,16 @@ class EmbeddingSettings(_Section):
     mkldnn: bool = False
 
 
+class ReplicaSettings(_Section):
+    """The read plane (DATABASE_READ_URL): when a replica stops serving reads and how often it is checked."""
+
+    # A replica further behind the primary than this serves no reads (they go to the primary): a memory written
+    # this long ago must show in memory_recall. Also the alert's bound (deploy/prometheus).
+    max_lag_seconds: float = Field(10, gt=0, le=3600)
+    # How often each front reads the primary's and each replica's WAL position (two tiny queries per replica).
+    check_interval_seconds: float = Field(1.0, ge=0.05, le=60)
+
+
 class ApiSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8150, ge=1, le=65535)
@@ -366,6 +376,9 @@ class Settings(BaseSettings):
     )
 
     database_url: str | None = Field(None, validation_alias=AliasChoices("DATABASE_URL", "database_url"))
+    # One or more streaming replicas of database_url, comma-separated: the fronts' reads go there (docs/replicas.md).
+    database_read_url: str | None = Field(
+        None, validation_alias=AliasChoices("DATABASE_READ_URL", "database_read_url"))
     redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "redis_url"))
     data_dir: Path = Path.home() / ".memory-butler"
     tenant_id: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -381,6 +394,23 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = EmbeddingSettings()
     redaction: RedactionSettings = RedactionSettings()
     encryption: EncryptionSettings = EncryptionSettings()
+    replicas: ReplicaSettings = ReplicaSettings()
+
+    @field_validator("database_read_url")
+    @classmethod
+    def _read_urls(cls, value: str | None) -> str | None:
+        for url in split_urls(value):
+            if not url.startswith(("postgres://", "postgresql://", "postgresql+psycopg://", "postgresql+psycopg2://")):
+                scheme = url.split(":")[0]
+                raise ValueError(f"each comma-separated URL must be a postgresql:// URL (got {scheme}://...)")
+        if value is not None and not split_urls(value):
+            raise ValueError("no URL given (unset it to read from the primary)")
+        return value
+
+    @property
+    def read_urls(self) -> tuple[str, ...]:
+        """The replicas reads go to (empty: every read goes to database_url)."""
+        return split_urls(self.database_read_url)
 
     @classmethod
     def settings_customise_sources(
@@ -392,6 +422,11 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _ButlerTomlSource(settings_cls))
+
+
+def split_urls(value: str | None) -> tuple[str, ...]:
+    """``"url1, url2"`` as ``("url1", "url2")``; blanks dropped."""
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
 
 
 class _ButlerTomlSource(PydanticBaseSettingsSource):

@@ -41,9 +41,11 @@ class Page:
 
 
 @contextmanager
-def read_transaction(engine: Engine, *, timeout_ms: int) -> Iterator[Connection]:
-    """A read-only transaction bounded by ``statement_timeout`` (one snapshot for a page and its details)."""
-    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+def read_transaction(source: Engine | Connection, *, timeout_ms: int) -> Iterator[Connection]:
+    """A read-only transaction bounded by ``statement_timeout`` (one snapshot for a page and its details), on a new
+    connection of ``source`` or on the connection given (closed at the end)."""
+    connection = source.connect() if isinstance(source, Engine) else source
+    with connection.execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
         conn.execute(text(f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}"))
         yield conn
 

@@ -6,6 +6,7 @@ the front turns that into an empty, ``degraded`` answer (callers fail open).
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,6 +32,7 @@ from shared.lifecycle import rule_evidence
 from shared.models import episodes, facts, memory_events, rules
 from shared.protection import open_facts, open_hits
 from shared.references import ReferenceBumper
+from shared.replicas import ReadPlane
 from shared.rerank import get_reranker, rerank
 from shared.schemas import Hit
 from shared.writes import Visibility, load_visible
@@ -45,11 +47,16 @@ def utcnow() -> datetime:
 
 
 class Reader:
-    """The read side for one process: engine, settings, query embedder and token counter are made once."""
+    """The read side for one process: engine, settings, query embedder and token counter are made once.
+
+    Reads go through ``plane`` (:mod:`shared.replicas`): a replica when one is configured and fresh enough, else
+    ``engine`` (the primary). :meth:`after` gives a Reader whose reads must see a given WAL position."""
 
     def __init__(self, *, engine: Engine, settings: Settings, embed: EmbedQuery, count_tokens: CountTokens,
-                 bumper: ReferenceBumper | None = None) -> None:
+                 bumper: ReferenceBumper | None = None, plane: ReadPlane | None = None) -> None:
         self.engine = engine
+        self.plane = plane or ReadPlane(primary=engine)
+        self._floor: int | None = None
         self.settings = settings
         self.retrieval = settings.memory.retrieval
         self._embed = embed
@@ -59,12 +66,21 @@ class Reader:
         # memory_context, fetches the recent episodes).
         self._embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding")
 
+    def after(self, floor: int | None) -> Reader:
+        """This Reader, reading only where WAL position ``floor`` is replayed (None: this Reader itself)."""
+        if floor is None:
+            return self
+        routed = copy.copy(self)  # shares the engine, the plane, the embedder and its thread
+        routed._floor = floor
+        return routed
+
     @contextmanager
     def _read(self, *, generic_plans: bool = False) -> Iterator[Connection]:
         """A read-only transaction with a statement timeout; DB trouble becomes Unavailable."""
         try:
             # One snapshot for the whole read: a row and the intent that precedes it are seen consistently.
-            with self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+            connection = self.plane.connect(floor=self._floor)
+            with connection.execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
                 conn.execute(text(candidates.read_settings(pool=self.retrieval.candidate_pool,
                                                            timeout_ms=self.retrieval.read_timeout_ms,
                                                            generic_plans=generic_plans)))

@@ -217,6 +217,21 @@ def front_families(*, database_up: bool, pool_checked_out: int | None) -> list[G
     return out
 
 
+def replica_families(statuses: Sequence[Any]) -> list[GaugeMetricFamily]:
+    """Each read replica as this front last checked it (shared.replicas.ReplicaStatus); none without replicas."""
+    if not statuses:
+        return []
+    up = _family("memory_butler_replica_up", "1 when the replica answered as a streaming replica at its last check.",
+                 ["replica"])
+    lag = _family("memory_butler_replica_lag_seconds",
+                  "How long the primary has held WAL the replica has not replayed (measured by this front).", ["replica"])
+    for s in statuses:
+        up.add_metric([s.label], 1.0 if s.up else 0.0)
+        if s.lag_s is not None:
+            lag.add_metric([s.label], round(s.lag_s, 3))
+    return [up, lag]
+
+
 def scrape_text(families: Iterable[GaugeMetricFamily]) -> bytes:
     """Scrape-time gauges in the text exposition format."""
     registry = CollectorRegistry(auto_describe=False)

@@ -93,9 +93,9 @@ def _browser_reader(call: ApiCall) -> Reader:
 
         services = call.services
         reader = Reader(engine=services.engine, settings=services.settings, embed=get_query_embedder().embed_one,
-                        count_tokens=get_token_counter().count_many, bumper=None)
+                        count_tokens=get_token_counter().count_many, bumper=None, plane=services.plane)
         state.dashboard_reader = reader
-    return reader
+    return reader.after(call.read_floor)
 
 
 def _butler(call: ApiCall) -> tuple[str, Visibility]:

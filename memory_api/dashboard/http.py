@@ -68,25 +68,37 @@ class ApiCall:
     def path_id(self, name: str = "id") -> uuid.UUID:
         return parse_uuid(self.request.path_params[name], field=name)
 
+    @property
+    def read_floor(self) -> int | None:
+        """The WAL position this person's reads must see: their own recent edits (None: any fresh replica)."""
+        return self.services.plane.floor([_token_key(self.principal)])
+
     async def read(self, fn: Callable[[Connection], T]) -> T:
-        """``fn`` in a bounded read-only transaction, in a worker thread."""
-        engine = self.services.engine
+        """``fn`` in a bounded read-only transaction, in a worker thread, on a replica when one is fresh enough."""
+        plane, floor = self.services.plane, self.read_floor
 
         def work() -> T:
-            with read_transaction(engine, timeout_ms=READ_TIMEOUT_MS) as conn:
+            with read_transaction(plane.connect(floor=floor), timeout_ms=READ_TIMEOUT_MS) as conn:
                 return fn(conn)
 
         return await self.services.in_thread(work, deadline=READ_DEADLINE_S)
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
-        """``fn`` in one transaction (all or nothing), in a worker thread."""
-        engine = self.services.engine
+        """``fn`` in one transaction (all or nothing), in a worker thread, on the primary; this person's next
+        reads see it."""
+        engine, plane, key = self.services.engine, self.services.plane, _token_key(self.principal)
 
         def work() -> T:
             with unit_of_work(engine) as conn:
-                return fn(conn)
+                out = fn(conn)
+            plane.note_write([key])
+            return out
 
         return await self.services.in_thread(work, deadline=WRITE_DEADLINE_S)
+
+
+def _token_key(principal: Principal) -> str | None:
+    return f"token:{principal.token_id}" if principal.token_id else None
 
 
 def error_response(error: ButlerError, request_id: str | None, status: int | None = None) -> JSONResponse:

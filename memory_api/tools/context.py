@@ -25,7 +25,7 @@ def _empty(call: Call, butler: str, budget: int, reason: str) -> ContextBlock:
 async def _block(call: Call, trigger_prompt: str, butler: str, token_budget: int | None) -> ContextBlock:
     """One block; Unavailable propagates so a batch can stop at the first one."""
     budget = token_budget or call.services.settings.memory.retrieval.context_token_budget
-    reader = call.services.reader
+    reader = call.reader()
     block = await call.read(lambda: reader.context(
         tenant_id=call.tenant, visibility=access.butler_visibility(butler), trigger_prompt=trigger_prompt,
         token_budget=budget, open_sealed=protection.butler_may_open(butler, call.services.settings.encryption)))

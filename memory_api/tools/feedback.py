@@ -28,10 +28,12 @@ FeedbackKey = Annotated[str, StringConstraints(min_length=1, max_length=200), Fi
     "nothing new; the same key with other arguments is refused (idempotency_conflict)."))]
 
 
-async def _in_transaction(call: Call, fn: Callable[[Connection], dict[str, Any]],
+async def _in_transaction(call: Call, about: uuid.UUID, fn: Callable[[Connection], dict[str, Any]],
                           receipt: receipts.Receipt | None = None) -> dict[str, Any]:
     """One transaction in a worker thread; a classified refusal (not found, pending, ...) rolls it back. With a
-    ``receipt`` (an idempotency key) a replay answers the first call's stored result and changes nothing."""
+    ``receipt`` (an idempotency key) a replay answers the first call's stored result and changes nothing.
+
+    Done at once, so this caller's next reads (and any read of ``about``) see it, on a replica or the primary."""
     engine = call.services.engine
 
     def work() -> dict[str, Any]:
@@ -43,7 +45,8 @@ async def _in_transaction(call: Call, fn: Callable[[Connection], dict[str, Any]]
             out = fn(conn)
             if receipt is not None:
                 receipts.record(conn, receipt=receipt, result=out)
-            return out
+        call.wrote([about], synchronous=True)
+        return out
 
     return await call.write(work)
 
@@ -67,7 +70,7 @@ async def memory_confirm(
     idempotency_key to make a retry safe (one confirmation is recorded)."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
-    out = await _in_transaction(call, lambda conn: writes.confirm(
+    out = await _in_transaction(call, id, lambda conn: writes.confirm(
         conn, tenant_id=call.tenant, kind=type, entity_id=id, visibility=visibility, actor=call.actor(),
         now=utcnow()), _receipt(call, idempotency_key, "memory_confirm", id, type=type))
     return Confirmed(type=type, id=str(id), validity=out["validity"], last_confirmed_at=out["last_confirmed_at"],
@@ -80,7 +83,7 @@ async def _mark(call: Call, rule_id: uuid.UUID, outcome: Literal["helpful", "har
     settings = call.services.settings.memory.rules
     # The reason is stored in rule_applications, its event and (on inversion) the rule's content: redacted first.
     reason = protection.redact_text(reason, protection.redaction_policy(call.services.settings.redaction, call.tenant))
-    out = await _in_transaction(call, lambda conn: writes.mark_rule(
+    out = await _in_transaction(call, rule_id, lambda conn: writes.mark_rule(
         conn, tenant_id=call.tenant, rule_id=rule_id, outcome=outcome, reason=reason, visibility=visibility,
         actor=call.actor(), now=utcnow(), rules=settings),
         _receipt(call, key, f"memory_mark_{outcome}", rule_id, reason=reason))
@@ -119,7 +122,7 @@ async def memory_forget(ctx: Context, type: TypeArg, id: MemoryId, request_conte
     learned only from a forgotten episode are retracted with it. Recoverable with memory_restore; audited."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
-    await _in_transaction(call, lambda conn: writes.forget(
+    await _in_transaction(call, id, lambda conn: writes.forget(
         conn, tenant_id=call.tenant, kind=type, entity_id=id, visibility=visibility, actor=call.actor(),
         now=utcnow()))
     return Lifecycle(type=type, id=str(id), status="retracted", request_id=call.request_id)
@@ -132,6 +135,6 @@ async def memory_restore(ctx: Context, type: TypeArg, id: MemoryId, request_cont
     first)."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
-    await _in_transaction(call, lambda conn: writes.restore(
+    await _in_transaction(call, id, lambda conn: writes.restore(
         conn, tenant_id=call.tenant, kind=type, entity_id=id, visibility=visibility, actor=call.actor()))
     return Lifecycle(type=type, id=str(id), status="restored", request_id=call.request_id)

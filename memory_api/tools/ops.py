@@ -27,7 +27,7 @@ async def memory_stats(ctx: Context, scope: ReadScope | None = None, request_con
     butler); the whole tenant needs an admin token (scope '*' or omitted)."""
     call = current_call()
     scope_ = access.stats_scope(call.principal, scope)
-    reader = call.services.reader
+    reader = call.reader()
 
     def work() -> dict[str, Any]:
         return reader.stats(tenant_id=call.tenant, scope=scope_)
@@ -70,7 +70,7 @@ async def memory_activity_stream(
     call = current_call()
     access.require_admin(call.principal, "memory_activity_stream (the tenant's audit trail)")
     cursor = parse_since(since)
-    reader = call.services.reader
+    reader = call.reader()
     rows, reason = await call.read_or_degrade(lambda: reader.activity(
         tenant_id=call.tenant, since=cursor, limit=limit or DEFAULT_ACTIVITY, entity_types=types,
         scope=None if scope == access.EVERY_SCOPE else scope), [])

@@ -47,7 +47,7 @@ async def memory_search(
     visibility = access.read_visibility(call.principal, scope)
     settings = call.services.settings.memory.retrieval
     kinds = list(dict.fromkeys(types)) if types else list(ALL_TYPES)
-    reader = call.services.reader
+    reader = call.reader()
     hits, reason = await call.read_or_degrade(lambda: reader.search(
         tenant_id=call.tenant, visibility=visibility, query=query, types=kinds, mode=mode or settings.default_mode,
         limit=limit or _default_limit(call), min_confidence=min_confidence, since=since, until=until,
@@ -66,7 +66,7 @@ async def memory_recall(
     after applying a rule, memory_mark_helpful or memory_mark_harmful."""
     call = current_call()
     visibility = access.read_visibility(call.principal, scope)
-    reader = call.services.reader
+    reader = call.reader()
     hits, reason = await call.read_or_degrade(lambda: reader.recall(
         tenant_id=call.tenant, visibility=visibility, topic=topic, limit=limit or _default_limit(call),
         min_confidence=min_confidence, open_sealed=_may_open(call)), [])
@@ -83,7 +83,7 @@ async def memory_get(
     not_found, permission_denied (outside your scope)."""
     call = current_call()
     visibility = access.default_visibility(call.principal)
-    reader = call.services.reader
+    reader = call.reader(id)  # the primary if this front accepted ``id`` and the replicas have not replayed it
 
     def get() -> dict[str, Any]:
         return reader.get(tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id,

@@ -8,7 +8,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from memory_api.tools.services import Services, classify_db_error
 from shared import telemetry
 from shared.errors import ButlerError, InvalidInput, PermissionDenied, Unavailable
+from shared.reads import Reader
 from shared.schemas import RequestContext
 from shared.tenancy import Principal
 from shared.writes import Actor
@@ -60,6 +61,23 @@ class Call:
     def actor(self, butler: str | None = None) -> Actor:
         return Actor(name=butler or self.principal.default_butler, request_id=self.request_id)
 
+    def reader(self, *ids: uuid.UUID) -> Reader:
+        """The Reader for this call: a replica, unless a recent write of this front that the call names (one of
+        ``ids``, its request_id) or its token changed synchronously needs a server that has replayed it."""
+        keys = [*(f"id:{i}" for i in ids), self._request_key, _token_key(self.principal)]
+        return self.services.reader.after(self.services.plane.floor(keys))
+
+    def wrote(self, ids: Iterable[uuid.UUID], *, synchronous: bool = False) -> None:
+        """After a commit, in the write's thread: reads naming ``ids`` or this request_id (and, for a change made
+        at once rather than accepted for the workers, any read by this token) see it (see :meth:`reader`)."""
+        keys = [*(f"id:{i}" for i in ids), self._request_key]
+        self.services.plane.note_write([*keys, _token_key(self.principal) if synchronous else None])
+
+    @property
+    def _request_key(self) -> str | None:
+        """The caller's own request_id (one the front made up cannot be named by a later read)."""
+        return f"request:{self.lineage.request_id}" if self.lineage and self.lineage.request_id else None
+
     async def read(self, fn: Callable[[], T]) -> T:
         """Run a read in a worker thread; Unavailable if the database does not answer within the read bound."""
         deadline = self.services.settings.memory.retrieval.read_timeout_ms / 1000 + READ_GRACE_S
@@ -79,6 +97,10 @@ class Call:
         """Run a write transaction in a worker thread; database trouble becomes Unavailable (nothing accepted)."""
         return await self.services.in_thread(fn, deadline=WRITE_DEADLINE_S, late=(
             "; the write may still complete: retry with the same idempotency_key"))
+
+
+def _token_key(principal: Principal) -> str | None:
+    return f"token:{principal.token_id}" if principal.token_id else None
 
 
 def current_call() -> Call:

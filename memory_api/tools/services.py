@@ -22,6 +22,7 @@ from shared.config import Settings
 from shared.errors import ButlerError, IntegrityViolation, Unavailable
 from shared.reads import Reader
 from shared.references import ReferenceBumper
+from shared.replicas import ReadPlane
 from shared.tenancy import Principal, ensure_tenant
 
 log = logging.getLogger("memory_butler.api")
@@ -44,7 +45,8 @@ class Services:
     settings: Settings
     database_url: str
     stdio_principal: Principal | None = None   # the caller when serving stdio (no tokens there)
-    engine: Engine | None = None
+    engine: Engine | None = None               # the primary: every write, token checks, the ops gauges
+    plane: ReadPlane | None = None              # where reads go: DATABASE_READ_URL's replicas, else the primary
     reader: Reader | None = None
     bumper: ReferenceBumper | None = None
     publisher: Any = None                       # memory_workers.enqueue.Publisher
@@ -63,18 +65,25 @@ class Services:
 
         self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S,
                                      max_overflow=DB_THREADS + AUTH_THREADS - POOL_SIZE)
+        replicas = self.settings.replicas
+        self.plane = ReadPlane(primary=self.engine, replica_urls=self.settings.read_urls,
+                               max_lag_s=replicas.max_lag_seconds, check_interval_s=replicas.check_interval_seconds,
+                               pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S)
+        self.plane.start()
         embedder = get_query_embedder()
-        self.bumper = ReferenceBumper(self.engine)
+        self.bumper = ReferenceBumper(self.engine)  # bumps are writes: the primary
         self.reader = Reader(engine=self.engine, settings=self.settings, embed=embedder.embed_one,
-                             count_tokens=get_token_counter().count_many, bumper=self.bumper)
+                             count_tokens=get_token_counter().count_many, bumper=self.bumper, plane=self.plane)
         self.publisher = _publisher(self.settings)
         if self.stdio_principal is not None:
             with db.unit_of_work(self.engine) as conn:
                 ensure_tenant(conn, tenant_id=self.stdio_principal.tenant_id)
-        log.info("front resources ready", extra={"pool_size": POOL_SIZE, "db_threads": DB_THREADS})
+        log.info("front resources ready", extra={"pool_size": POOL_SIZE, "db_threads": DB_THREADS,
+                                                 "replicas": [r.label for r in self.plane.replicas]})
 
     def close(self) -> None:
-        for closer in (getattr(self.publisher, "close", None), self.bumper and self.bumper.close):
+        for closer in (getattr(self.publisher, "close", None), self.bumper and self.bumper.close,
+                       self.plane and self.plane.close):
             if closer is not None:
                 try:
                     closer()

@@ -49,9 +49,12 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
                             reraise=True)
         try:
             for attempt in retrying:
-                with attempt, unit_of_work(engine) as conn:
-                    return intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
-                                         request_id=call.request_id)
+                with attempt:
+                    with unit_of_work(engine) as conn:
+                        accepted = intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
+                                                 request_id=call.request_id)
+                    call.wrote(a.id for a in accepted)  # memory_get of these ids reads where the intents are
+                    return accepted
         except intake.ConcurrentReplay:
             raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None
         raise AssertionError("unreachable")

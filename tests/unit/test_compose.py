@@ -193,7 +193,7 @@ def test_example_butler_toml_documents_every_key_with_its_default(monkeypatch, t
     butler = tomllib.loads(example.read_text())["butler"]
     documented = _toml_keys({k: v for k, v in butler.items() if k not in ("name", "description", "db")})
     documented = {"api.port" if key == "port" else key for key in documented}
-    assert documented == _keys(Settings) - {"database_url", "redis_url", "data_dir", "workers.metrics_dir"}
+    assert documented == _keys(Settings) - {"database_url", "redis_url", "data_dir", "workers.metrics_dir", "database_read_url"}
 
 
 def test_the_shared_front_limits_each_token_and_the_embedded_stack_does_not():
@@ -268,3 +268,50 @@ def test_promtool_accepts_the_prometheus_config(tmp_path):
     done = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_streaming_replica_is_made_from_the_primary_with_pg_basebackup():
+    # given the replica service
+    replica = SERVICES["postgres-replica"]
+    assert replica["image"] == SERVICES["postgres"]["image"]
+    script = " ".join(_command("postgres-replica"))
+    # then its first start copies the primary, writes the standby settings and streams from the primary's slot
+    for part in ("pg_basebackup", "--host=postgres", "--username=replicator", "--wal-method=stream",
+                 "--write-recovery-conf", "--slot=replica_1"):
+        assert part in script, part
+    assert 'if [ ! -s "$$PGDATA/PG_VERSION" ]' in script  # later starts resume, never copy over their data
+    assert "hot_standby=on" in script
+    # on a volume of its own, once the primary is healthy, and healthy only while it is in recovery
+    assert any(v.startswith("pgreplica:") and v.endswith(":/var/lib/postgresql/data") for v in replica["volumes"])
+    assert "pgreplica" in COMPOSE["volumes"]
+    assert _depends("postgres-replica").get("postgres") == "service_healthy"
+    assert "pg_is_in_recovery()" in " ".join(replica["healthcheck"]["test"])
+
+
+def test_the_primary_admits_the_replica():
+    # given the primary's init script (mounted into docker-entrypoint-initdb.d)
+    mounts = [v for v in SERVICES["postgres"]["volumes"] if "docker-entrypoint-initdb.d" in v]
+    assert len(mounts) == 1
+    script = (ROOT / mounts[0].split(":")[0]).read_text()
+    # then it creates the replication role, the slot the replica streams from, and the pg_hba.conf line
+    assert "WITH REPLICATION LOGIN" in script and "CREATE ROLE replicator" in script
+    assert "pg_create_physical_replication_slot('replica_1')" in script
+    assert "host replication replicator all scram-sha-256" in script
+    # and the primary bounds the WAL a lost replica can hold back
+    assert any(part.startswith("max_slot_wal_keep_size=") for part in _command("postgres"))
+    assert SERVICES["postgres"]["environment"]["REPLICATION_PASSWORD"] == \
+        SERVICES["postgres-replica"]["environment"]["PGPASSWORD"]
+
+
+def test_only_the_front_reads_from_the_replica_and_it_does_not_wait_for_it():
+    # given the front's read URL
+    read_url = SERVICES["front"]["environment"]["DATABASE_READ_URL"]
+    primary_url = SERVICES["front"]["environment"]["DATABASE_URL"]
+    # then it is the replica service, the same database and user as the primary's
+    assert read_url == primary_url.replace("@postgres:", "@postgres-replica:")
+    assert load_settings(database_url=primary_url, database_read_url=read_url).read_urls == (read_url,)
+    # and reads fail open: the front starts without the replica
+    assert "postgres-replica" not in _depends("front")
+    # while everything that writes (migrations, workers, beat) uses the primary only
+    for service in ("migrate", "beat", *_workers()):
+        assert "DATABASE_READ_URL" not in SERVICES[service]["environment"], service
