@@ -226,8 +226,8 @@ def apply_plan(conn: Connection, *, batch: Batch, plan: Plan, vectors: np.ndarra
         repo.lock_fact_key(conn, tenant_id=batch.tenant_id, scope=scope, subject=subject, predicate=predicate)
     match = ctx.settings.consolidation
     for planned, vector in zip(plan.facts, vectors[:len(plan.facts)], strict=True):
-        known = _known_like(conn, batch=batch, kind="fact", write=planned.write, vector=vector,
-                            threshold=match.fact_match_similarity)
+        known = next(iter(_known_like(conn, batch=batch, kind="fact", write=planned.write, vector=vector,
+                                      threshold=match.fact_match_similarity)), None)
         if known is not None:  # the same fact said another way: it confirms the one memory holds
             counts.update(_confirm_known(conn, batch=batch, kind="fact", known=known, sources=planned.sources,
                                          ctx=ctx, links=links))
@@ -245,14 +245,16 @@ def apply_plan(conn: Connection, *, batch: Batch, plan: Plan, vectors: np.ndarra
                                                point=not replaced, observed_at=planned.observed_at, ctx=ctx)
         links += [_link(batch, ctx, "fact", planned.id, "episode", e, "derived_from") for e in planned.sources]
     for planned, vector in zip(plan.rules, vectors[len(plan.facts):], strict=True):
-        known = _known_like(conn, batch=batch, kind="rule", write=planned.write, vector=vector,
-                            threshold=match.rule_match_similarity)
+        same = _known_like(conn, batch=batch, kind="rule", write=planned.write, vector=vector,
+                           threshold=match.rule_match_similarity)
+        known = next(iter(same), None)
         if known is not None and known["maturity"] == "anti_pattern":  # learned to be harmful: not learned again
             counts["blocked_by_anti_pattern"] += 1
             continue
         if known is not None:
             counts.update(_confirm_known(conn, batch=batch, kind="rule", known=known, sources=planned.sources,
                                          ctx=ctx, links=links))
+            counts["rules_merged"] += _merge_known(conn, batch=batch, same=same, ctx=ctx, links=links)
             continue
         writes.store_rule(conn, tenant_id=batch.tenant_id, rule_id=planned.id, write=planned.write, vector=vector,
                           embedding_version_id=version_id, source_butler=batch.butler, actor=ctx.actor, now=ctx.now,
@@ -267,8 +269,8 @@ def apply_plan(conn: Connection, *, batch: Batch, plan: Plan, vectors: np.ndarra
 
 
 def _known_like(conn: Connection, *, batch: Batch, kind: str, write: Any, vector: np.ndarray,
-                threshold: float) -> RowMapping | None:
-    """An active or fading fact or rule of the write's scope (or global) that says the same thing, else None.
+                threshold: float) -> list[RowMapping]:
+    """The active or fading facts or rules of the write's scope (or global) that say the same thing, nearest first.
 
     Meaning is the stored embedding's cosine, checked by :func:`same_meaning` (numbers, names and polarity must
     agree). A fact must also have the write's subject and base predicate; an anti-pattern is compared by the
@@ -277,10 +279,10 @@ def _known_like(conn: Connection, *, batch: Batch, kind: str, write: Any, vector
     if getattr(write, "sealed", None) is not None:
         # Its content is a surrogate, equal for every value of the predicate: meaning cannot be compared, so the
         # new fact supersedes the one of its key (store_fact) instead of confirming it.
-        return None
+        return []
     table = facts if kind == "fact" else rules
     distance = table.c.embedding.cosine_distance(vector).label("distance")
-    query = (select(table.c.id, table.c.content, table.c.metadata, distance,
+    query = (select(table.c.id, table.c.content, table.c.metadata, table.c.created_at, distance,
                     *([table.c.maturity] if kind == "rule" else []))
              .where(table.c.tenant_id == batch.tenant_id, table.c.scope.in_(("global", write.scope)),
                     table.c.validity.in_(("active", "fading")), table.c.embedding.is_not(None))
@@ -290,12 +292,27 @@ def _known_like(conn: Connection, *, batch: Batch, kind: str, write: Any, vector
         query = query.where(func.lower(table.c.subject) == write.subject.lower(),
                             or_(table.c.predicate == base, table.c.predicate.like(base + "\\_%")))
     new = write.content if kind == "rule" else fact_text(write.subject, write.predicate, write.content)
+    out = []
     for row in conn.execute(query).mappings():
         said = (row["metadata"] or {}).get("original_content", row["content"]) if kind == "rule" else row["content"]
         if same_meaning(new, said if kind == "rule" else fact_text(write.subject, write.predicate, said),
                         1.0 - float(row["distance"]), threshold):
-            return row
-    return None
+            out.append(row)
+    return out
+
+
+def _merge_known(conn: Connection, *, batch: Batch, same: Sequence[RowMapping], ctx: RunContext,
+                 links: list[dict[str, Any]]) -> int:
+    """Known rules that a new rule and each other restate are merged into the oldest (shared.writes.merge_rules):
+    duplicates learned before matching by meaning, or stored twice by callers. A ``supersedes`` link records it."""
+    group = sorted((r for r in same if r["maturity"] != "anti_pattern"), key=lambda r: (r["created_at"], str(r["id"])))
+    if len(group) < 2:
+        return 0
+    keep = group[0]["id"]
+    merged = writes.merge_rules(conn, tenant_id=batch.tenant_id, keep=keep, duplicates=[r["id"] for r in group[1:]],
+                                actor=ctx.actor, now=ctx.now, rules=ctx.settings.memory.rules)
+    links += [_link(batch, ctx, "rule", keep, "rule", m, "supersedes") for m in merged]
+    return len(merged)
 
 
 def _confirm_known(conn: Connection, *, batch: Batch, kind: str, known: RowMapping, sources: Sequence[uuid.UUID],

@@ -139,6 +139,14 @@ def add_rule_application(
     ))
 
 
+def move_rule_applications(conn: Connection, *, tenant_id: str, from_ids: Sequence[uuid.UUID],
+                           to_id: uuid.UUID) -> int:
+    """Re-point the applications of ``from_ids`` at ``to_id`` (a merge of rules that say the same thing)."""
+    return conn.execute(update(rule_applications).where(
+        rule_applications.c.tenant_id == tenant_id, rule_applications.c.rule_id.in_(list(from_ids)),
+    ).values(rule_id=to_id)).rowcount
+
+
 def rule_applications_of(conn: Connection, *, rule_id: uuid.UUID, limit: int = 1000) -> list[RowMapping]:
     """The rule's latest ``limit`` applications (outcome, reason, actor, occurred_at), newest first."""
     return list(conn.execute(

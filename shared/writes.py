@@ -278,6 +278,42 @@ def mark_rule(
             "success_count": success, "harmful_count": harmful}
 
 
+MATURITY_ORDER = ("candidate", "established", "proven")
+
+
+def merge_rules(
+    conn: Connection, *, tenant_id: str, keep: uuid.UUID, duplicates: Sequence[uuid.UUID], actor: Actor,
+    now: datetime, rules: RuleSettings,
+) -> list[uuid.UUID]:
+    """Rules found to say the same thing become one: ``keep`` (the oldest) takes the duplicates' applications and
+    counters, is re-scored from that evidence and keeps the most mature standing among them; each duplicate is
+    retracted (reversibly: memory_restore) with a ``rule.merged`` event. Anti-patterns and retracted rules are left
+    alone. Returns the ids merged."""
+    locked = {r["id"]: r for r in (repo.get_row(conn, kind="rule", tenant_id=tenant_id, entity_id=i, lock=True)
+                                   for i in sorted({keep, *duplicates})) if r is not None}  # one lock order
+    kept = locked.get(keep)
+    merged = [locked[i] for i in duplicates if i in locked and i != keep
+              and locked[i]["validity"] != "retracted" and locked[i]["maturity"] != "anti_pattern"]
+    if kept is None or kept["validity"] == "retracted" or kept["maturity"] == "anti_pattern" or not merged:
+        return []
+    repo.move_rule_applications(conn, tenant_id=tenant_id, from_ids=[r["id"] for r in merged], to_id=keep)
+    evidence = rule_evidence([(a["outcome"], a["occurred_at"]) for a in repo.rule_applications_of(conn, rule_id=keep)],
+                             now=now, half_life_days=rules.evidence_half_life_days)
+    group = [kept, *merged]
+    repo.update_row(conn, kind="rule", entity_id=keep, values={
+        "applied_count": sum(r["applied_count"] for r in group), "success_count": sum(r["success_count"] for r in group),
+        "harmful_count": sum(r["harmful_count"] for r in group), "effectiveness_score": evidence.effectiveness,
+        "maturity": max((r["maturity"] for r in group), key=MATURITY_ORDER.index),
+    })
+    events = []
+    for r in merged:
+        check_transition("fact", r["validity"], "retracted")  # rule validity follows the fact machine
+        repo.update_row(conn, kind="rule", entity_id=r["id"], values={"validity": "retracted"})
+        events.append(_event(tenant_id, "rule.merged", "rule", r["id"], actor, {"merged_into": str(keep)}))
+    repo.record_events(conn, events)
+    return [r["id"] for r in merged]
+
+
 def forget(
     conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid.UUID, visibility: Visibility, actor: Actor,
     now: datetime,

@@ -24,9 +24,9 @@ from shared.db import unit_of_work
 from shared.embedding import get_embedder
 from shared.errors import ExtractionError
 from shared.extraction import Confirmation, Extraction, ExtractionRequest, NewFact, NewRule, validate_extraction
-from shared.schemas import EpisodeWrite, FactWrite
+from shared.schemas import EpisodeWrite, FactWrite, RuleWrite
 from shared.scoring import decay_rate_for
-from shared.writes import Actor
+from shared.writes import Actor, Visibility
 
 NOW = datetime.now(timezone.utc)
 MAX_ATTEMPTS = 3
@@ -273,6 +273,39 @@ def test_a_paraphrase_confirms_the_known_rule_and_an_anti_pattern_is_not_relearn
     [(confirmed,)] = rows(engine, "SELECT last_confirmed_at FROM rules WHERE id = :i",
                           i=known["Always answer me in metric units"])
     assert confirmed == NOW + timedelta(minutes=5)
+
+
+def test_known_rules_that_say_the_same_thing_are_merged_into_the_oldest_with_their_evidence(engine, settings,
+                                                                                           embedder):
+    t = new_tenant(engine)
+    # given the same rule stored twice (by two callers, or learned before matching by meaning), each with evidence
+    content = "Always answer me in metric units"
+    older, newer = uuid.uuid4(), uuid.uuid4()
+    rules = settings.memory.rules
+    with unit_of_work(engine) as conn:
+        for rule_id, at in ((older, NOW - timedelta(days=2)), (newer, NOW - timedelta(days=1))):
+            writes.store_rule(conn, tenant_id=t, rule_id=rule_id, write=RuleWrite(content=content, scope=BUTLER),
+                              vector=embedder.embed([content])[0], embedding_version_id=None, source_butler=BUTLER,
+                              actor=Actor("test"), now=at, rules=rules)
+        for rule_id, marks in ((older, 2), (newer, 1)):
+            for _ in range(marks):
+                writes.mark_rule(conn, tenant_id=t, rule_id=rule_id, outcome="helpful", reason=None,
+                                 visibility=Visibility(scopes=None, butlers=None), actor=Actor("test"), now=NOW,
+                                 rules=rules)
+    # when an episode says it once more and is consolidated
+    store_episodes(engine, settings, embedder, t, ["From now on, always use metric units in every answer."])
+    summary = consolidate(engine, settings, embedder, t, now=NOW + timedelta(minutes=5))
+
+    # then the older rule is the one rule, holding every application; the newer is retracted (restorable)
+    assert summary.batches == 1
+    state = dict(rows(engine, "SELECT id, (validity, success_count, applied_count) FROM rules WHERE tenant_id = :t",
+                      t=t))
+    assert state[older] == ("active", 3, 3) and state[newer][0] == "retracted"
+    assert rows(engine, "SELECT count(*) FROM rule_applications WHERE rule_id = :r", r=older) == [(3,)]
+    assert ("rule", older, "supersedes", "rule", newer) in links(engine, t)
+    assert rows(engine, "SELECT payload->>'merged_into' FROM memory_events WHERE entity_id = :r AND "
+                        "event_type = 'rule.merged'", r=newer) == [(str(older),)]
+    assert rows(engine, "SELECT count(*) FROM rules WHERE tenant_id = :t", t=t) == [(2,)]  # nothing new learned
 
 
 def test_a_scripted_answer_supersedes_across_keys_and_links_supporting_facts(engine, settings, embedder):
