@@ -104,6 +104,10 @@ class TokenCache:
     def __len__(self) -> int:
         return len(self._valid) + len(self._invalid)
 
+    def evict_tenant(self, tenant_id: str) -> None:
+        """Forget every cached principal of ``tenant_id`` (its tokens were purged): they resolve again, to nothing."""
+        self._valid = {k: v for k, v in self._valid.items() if v[0].tenant_id != tenant_id}
+
 
 def _bounded(entries: dict[str, Any], cap: int, now: float, expiry: Callable[[Any], float]) -> dict[str, Any]:
     """Room for one more: drop the expired entries, and if that is not enough the oldest half (insertion order)."""
@@ -113,10 +117,6 @@ def _bounded(entries: dict[str, Any], cap: int, now: float, expiry: Callable[[An
     if len(live) >= cap:
         live = dict(list(live.items())[len(live) // 2:])
     return live
-
-    def evict_tenant(self, tenant_id: str) -> None:
-        """Forget every cached principal of ``tenant_id`` (its tokens were purged): they resolve again, to nothing."""
-        self._entries = {k: v for k, v in self._entries.items() if v[0] is None or v[0].tenant_id != tenant_id}
 
 
 class BearerAuth:

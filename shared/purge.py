@@ -19,8 +19,9 @@ from shared.tenancy import NAME_RE
 
 # Children before parents (each also cascades from tenants, but counted one by one for the tombstone).
 # tests/integration/test_purge.py checks that no table with a tenant_id column is left holding the tenant's rows.
-TENANT_TABLES = ("rule_applications", "memory_links", "memory_events", "episode_vectors", "consolidation_runs",
-                 "facts", "rules", "episodes", "write_intents", "shard_sequences", "api_tokens")
+TENANT_TABLES = ("rule_applications", "memory_links", "memory_events", "episode_vectors", "episode_terms",
+                 "consolidation_runs", "feedback_receipts", "facts", "rules", "episodes", "write_intents",
+                 "shard_sequences", "api_tokens")
 
 
 def purge_tenant(conn: Connection, *, tenant_id: str, actor: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from shared.config import Settings, load_settings
 from shared.db import unit_of_work
 from shared.embedding import get_embedder
 from shared.errors import NotFound
+from shared import receipts
 from shared.purge import purge_tenant
 from shared.tenancy import create_token, resolve_token
 from shared.writes import ALL, Actor
@@ -61,6 +62,8 @@ def seed(engine: Any, settings: Settings, embedder: SpyEmbedder) -> str:
         writes.mark_rule(conn, tenant_id=t, rule_id=rule_id, outcome="helpful", reason=None, visibility=ALL,
                          actor=Actor("test"), now=NOW, rules=settings.memory.rules)
         create_token(conn, tenant_id=t, name="test", butlers=["*"], role="admin")
+        receipts.claim(conn, receipt=receipts.Receipt(tenant_id=t, butler="general", key="k1", tool="memory_confirm",
+                                                      entity_id=rule_id, arguments={"type": "rule"}))
         conn.execute(text("INSERT INTO episode_vectors (episode_id, n, tenant_id, butler, embedding) "
                           "SELECT id, 0, tenant_id, butler, embedding FROM episodes WHERE id = :e"), {"e": episode})
     return t
