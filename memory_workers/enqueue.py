@@ -17,6 +17,7 @@ from kombu import Connection
 from kombu.exceptions import KombuError
 
 from memory_workers.app import APPLY_TASK, CONSOLIDATE_TASK, app, current_settings, redis_url
+from shared import tracing
 from shared.config import Settings
 from shared.errors import Unavailable
 from shared.sharding import queue_for
@@ -65,6 +66,12 @@ def _send(conn: Connection, task_name: str, tenant_id: str, butler: str, queue: 
                   retry=False, ignore_result=True)
 
 
+def register_tasks() -> None:
+    """Import the task modules, so Celery's tracing finds a task by the name it is sent under (the front sends
+    by name; unregistered, the instrumentation would leave its publish span open)."""
+    app.loader.import_default_modules()
+
+
 def wake_apply(tenant_id: str, butler: str, *, settings: Settings | None = None) -> None:
     """Ask a worker to apply the key's pending write intents (after the intents committed)."""
     publish(APPLY_TASK, tenant_id, butler, settings=settings)
@@ -86,13 +93,16 @@ class Publisher:
     def __init__(self, settings: Settings | None = None, *, max_pending: int = MAX_PENDING) -> None:
         self._settings = settings or current_settings()
         self._max_pending = max_pending
-        self._pending: dict[tuple[str, str, str], None] = {}  # an ordered set: oldest wake-up first
+        # Oldest wake-up first, each with the trace context of the call that first asked for it (None: untraced).
+        self._pending: dict[tuple[str, str, str], dict[str, str] | None] = {}
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
         self._backoff = 0.0
         self._conn: Connection | None = None
         self.stats = {"published": 0, "coalesced": 0, "dropped": 0, "failed": 0}
+        if tracing.enabled():
+            register_tasks()
         self._thread = threading.Thread(target=self._run, name="memory-wake-publisher", daemon=True)
         self._thread.start()
 
@@ -111,7 +121,7 @@ class Publisher:
             elif self._closed or len(self._pending) >= self._max_pending:
                 self.stats["dropped"] += 1
             else:
-                self._pending[item] = None
+                self._pending[item] = tracing.current_carrier()
                 self._cond.notify()
 
     def flush(self, timeout: float = 5.0) -> bool:
@@ -132,7 +142,7 @@ class Publisher:
                 self._cond.wait_for(lambda: self._pending or self._closed)
                 if not self._pending:
                     break
-                batch = list(self._pending)
+                batch = list(self._pending.items())
                 self._pending.clear()
                 self._busy = True
             self._publish_round(batch)
@@ -143,10 +153,11 @@ class Publisher:
                     self._cond.wait_for(lambda: self._closed, self._backoff)
         self._drop_connection()
 
-    def _publish_round(self, batch: list[tuple[str, str, str]]) -> None:
-        for done, item in enumerate(batch):
+    def _publish_round(self, batch: list[tuple[tuple[str, str, str], dict[str, str] | None]]) -> None:
+        for done, (item, trace_context) in enumerate(batch):
             try:
-                self._publish_one(item)
+                with tracing.attached(trace_context):  # the publish span joins the accepting call's trace
+                    self._publish_one(item)
             except Unavailable as exc:
                 self._drop_connection()
                 lost = len(batch) - done

@@ -43,9 +43,12 @@ class Accepted:
 
 def accept(
     conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], actor: str, request_id: str | None,
-    now: datetime,
+    now: datetime, trace_context: dict[str, str] | None = None,
 ) -> list[Accepted]:
-    """Record writes durably (in the caller's transaction), in order; replays return their first id."""
+    """Record writes durably (in the caller's transaction), in order; replays return their first id.
+
+    ``trace_context`` (the accepting call's W3C context) is stored with each new intent for the worker's trace.
+    """
     keys = [w.idempotency_key for w in writes if w.idempotency_key]
     existing = {
         r["idempotency_key"]: r for r in conn.execute(
@@ -63,7 +66,8 @@ def accept(
         if key:
             first[key] = i
         fresh.append(w)
-    assigned = _assign(conn, tenant_id=tenant_id, writes=fresh, actor=actor, request_id=request_id, now=now)
+    assigned = _assign(conn, tenant_id=tenant_id, writes=fresh, actor=actor, request_id=request_id, now=now,
+                       trace_context=trace_context)
     out: list[Accepted] = []
     for i, w in enumerate(writes):
         key = w.idempotency_key
@@ -80,7 +84,7 @@ def accept(
 
 def _assign(
     conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], actor: str, request_id: str | None,
-    now: datetime,
+    now: datetime, trace_context: dict[str, str] | None,
 ) -> dict[Any, Accepted]:
     """Allocate gap-free sequences per butler (row-locking the counter until commit) and insert the intents."""
     by_butler: dict[str, list[WriteRequest]] = {}
@@ -102,7 +106,8 @@ def _assign(
                 result[w.idempotency_key] = accepted
             rows.append({"id": accepted.id, "tenant_id": tenant_id, "butler": butler, "seq": accepted.seq,
                          "kind": w.kind, "payload": w.payload, "idempotency_key": w.idempotency_key,
-                         "request_id": request_id, "actor": actor, "created_at": now})
+                         "request_id": request_id, "actor": actor, "created_at": now,
+                         "trace_context": trace_context})
     if rows:
         inserted = conn.execute(
             pg_insert(write_intents).values(rows).on_conflict_do_nothing(

@@ -81,6 +81,7 @@ write_intents = Table(
     Column("last_error", Text),
     _ts("created_at", nullable=False),
     _ts("applied_at"),
+    Column("trace_context", JSONB),  # the accepting call's W3C traceparent/tracestate (shared.tracing)
 )
 
 episodes = Table(

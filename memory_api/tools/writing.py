@@ -17,7 +17,7 @@ from memory_api.tools.params import (
 )
 from memory_api.tools.results import AcceptedItem, BatchAccepted, WriteAccepted
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
-from shared import intake
+from shared import intake, tracing
 from shared.db import unit_of_work
 from shared.errors import InvalidInput, Unavailable
 from shared.intake import Accepted, WriteRequest
@@ -41,13 +41,14 @@ def _check_size(call: Call, field: str, value: str) -> None:
 async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> list[Accepted]:
     """Durably accept ``writes`` in one transaction, then wake each shard's worker (never waiting on the broker)."""
     engine = call.services.engine
+    trace_context = tracing.current_carrier()  # None when tracing is off
 
     def work() -> list[Accepted]:
         for attempt in (1, 2):
             try:
                 with unit_of_work(engine) as conn:
                     return intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
-                                         request_id=call.request_id, now=utcnow())
+                                         request_id=call.request_id, now=utcnow(), trace_context=trace_context)
             except intake.ConcurrentReplay:
                 if attempt == 2:  # the second try finds the first writer's row; a third race is not worth waiting
                     raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None

@@ -25,7 +25,7 @@ from sqlalchemy import Connection, RowMapping, text
 from memory_workers.app import APPLY_TASK, app
 from memory_workers.enqueue import wake_apply, wake_consolidate
 from memory_workers.tasks import KeyRunSummary, Runtime, runtime, worker_name
-from shared import conversation, intake, writes
+from shared import conversation, intake, tracing, writes
 from shared import repository as repo
 from shared.consolidation import describe_error
 from shared.consolidation_plan import embedding_text
@@ -90,12 +90,17 @@ def apply_pending(rt: Runtime, *, tenant_id: str, butler: str, actor: Actor,
 def _apply_round(rt: Runtime, *, tenant_id: str, butler: str, limit: int, actor: Actor,
                  summary: KeyRunSummary) -> int | None:
     """One batch in one transaction; None if another worker holds the key. A failed batch is retried singly."""
+    started = tracing.now_ns()
     try:
-        with unit_of_work(rt.engine) as conn:
-            if not _try_lock(conn, tenant_id, butler):
-                return None
-            intents = intake.claim_pending(conn, tenant_id=tenant_id, butler=butler, limit=limit)
-            counts = apply_batch(conn, rt, intents=intents, actor=actor)
+        with tracing.span("memory.apply_batch", tenant=tenant_id, butler=butler, limit=limit):
+            with unit_of_work(rt.engine) as conn:
+                if not _try_lock(conn, tenant_id, butler):
+                    return None
+                intents = intake.claim_pending(conn, tenant_id=tenant_id, butler=butler, limit=limit)
+                outcomes: dict[Any, str] = {}
+                counts = apply_batch(conn, rt, intents=intents, actor=actor, outcomes=outcomes)
+            # After the commit: each write's own trace (stored with its intent) shows it applied (or failed).
+            tracing.record_applied(intents, started_ns=started, outcomes=outcomes)
     except SoftTimeLimitExceeded:
         raise
     except Exception as exc:  # noqa: BLE001 - isolate whatever broke the batch (e.g. the embedder) to one intent
@@ -135,8 +140,11 @@ def _has_pending(rt: Runtime, *, tenant_id: str, butler: str) -> bool:
         return bool(intake.claim_pending(conn, tenant_id=tenant_id, butler=butler, limit=1))
 
 
-def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping], actor: Actor) -> Counter[str]:
-    """Apply claimed intents (in seq order) inside the caller's transaction; returns counts by outcome."""
+def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping], actor: Actor,
+                outcomes: dict[Any, str] | None = None) -> Counter[str]:
+    """Apply claimed intents (in seq order) inside the caller's transaction; returns counts by outcome.
+
+    ``outcomes``, if given, gets each intent's own: applied, retry or dead_letter (by intent id)."""
     counts: Counter[str] = Counter()
     if not intents:
         return counts
@@ -161,8 +169,11 @@ def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
             failures.append((intent, exc))
     intake.mark_applied(conn, ids=[i["id"] for i in applied], now=datetime.now(timezone.utc))
     counts.update(i["kind"] for i in applied)
+    outcome = outcomes if outcomes is not None else {}
+    outcome.update((i["id"], "applied") for i in applied)
     for intent, exc in failures:
-        counts[_mark_failed(conn, rt, intent, exc)] += 1
+        outcome[intent["id"]] = _mark_failed(conn, rt, intent, exc)
+        counts[outcome[intent["id"]]] += 1
     return counts
 
 
