@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -126,7 +127,9 @@ def flush(timeout_s: float = 5.0) -> bool:
 def _exporter(settings: TracingSettings) -> SpanExporter | None:
     kind = settings.active_exporter
     if kind == "console":
-        return ConsoleSpanExporter(formatter=lambda span: span.to_json(indent=None) + "\n")
+        # The real stdout: a Celery worker redirects sys.stdout into its logger, which would wrap each span in a
+        # log line.
+        return ConsoleSpanExporter(out=sys.__stdout__, formatter=lambda span: span.to_json(indent=None) + "\n")
     if kind == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

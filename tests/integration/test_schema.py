@@ -147,7 +147,7 @@ def test_models_mirror_the_migrated_schema(database_url):
 
 def test_migration_round_trip_on_an_empty_database(empty_database_url):
     db.migrate(empty_database_url)
-    assert db.current_revision(empty_database_url) == "0006"
+    assert db.current_revision(empty_database_url) == "0011"
     db.downgrade(empty_database_url, "base")
     engine = create_engine(db.normalise_url(empty_database_url))
     assert "facts" not in inspect(engine).get_table_names()
