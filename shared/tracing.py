@@ -5,7 +5,7 @@ call pays one module-global check. On, :func:`setup` installs a tracer provider 
 and the official instrumentations: Celery (publish and run spans, the W3C trace context in the task headers),
 psycopg (one span per statement), httpx (the extractor's calls to a language model) and, through
 :func:`instrument_asgi`, the front's ASGI app. The MCP SDK's own server span (``tools/call <tool>``) reports
-to the global provider set here; :func:`annotate` adds the call's request_id and tenant to it.
+to the global provider set here; :func:`annotate_call` adds the call's request_id, tenant and outcome.
 
 Where the trace context travels: the broker message is only a wake-up, coalesced per shard key, so it carries
 the context of the first write that asked for it (the front's publisher hands that context to its thread). The
@@ -187,6 +187,15 @@ def annotate(**attributes: Any) -> None:
     span = trace.get_current_span()
     if span.is_recording():
         span.set_attributes({ATTR + k: v for k, v in attributes.items() if v is not None})
+
+
+def annotate_call(*, request_id: str, tenant: str | None, outcome: str) -> None:
+    """The tool call's request_id, tenant and outcome on its span (the MCP SDK's ``tools/call <tool>``).
+
+    Once per call on the read path: fixed keywords (no dict built) and an early return when off."""
+    if _tracer is None:
+        return
+    annotate(request_id=request_id, tenant=tenant, outcome=outcome)
 
 
 def current_carrier() -> dict[str, str] | None:

@@ -121,7 +121,6 @@ def tool_call(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]
         try:
             call = Call(tool=name, principal=principal_of(ctx, services), services=services, request_id=request_id,
                         lineage=lineage)
-            tracing.annotate(request_id=request_id, tenant=call.tenant)  # on the MCP SDK's tools/call span
             token = _call.set(call)
             try:
                 return await fn(**kwargs)
@@ -148,7 +147,7 @@ def _log(tool: str, call: Call | None, request_id: str, started: float, error: B
     outcome = error.code if error else (call.outcome if call else "ok")
     if call is not None:
         call.services.metrics.observe(tool, outcome, duration_ms / 1000)
-    tracing.annotate(outcome=outcome)
+    tracing.annotate_call(request_id=request_id, tenant=call.tenant if call else None, outcome=outcome)
     extra = {"tool": tool, "tenant": call.tenant if call else None, "request_id": request_id,
              "duration_ms": duration_ms, "outcome": outcome}
     lineage = call.lineage if call else None
