@@ -29,7 +29,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, SamplingResult, TraceIdRatioBased
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from shared import logs
@@ -74,6 +74,21 @@ class _Switch(SpanProcessor):
 
 
 _switch = _Switch()
+
+
+class _OnlyWhileOn(Sampler):
+    """Records nothing once :func:`shutdown` turned tracing off (the MCP SDK keeps using the global provider)."""
+
+    def __init__(self, sampler: Sampler) -> None:
+        self.sampler = sampler
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, *args: Any, **kwargs: Any) -> SamplingResult:
+        if _tracer is None:
+            return SamplingResult(Decision.DROP)
+        return self.sampler.should_sample(parent_context, trace_id, name, *args, **kwargs)
+
+    def get_description(self) -> str:
+        return f"OnlyWhileOn{{{self.sampler.get_description()}}}"
 
 
 def enabled() -> bool:
@@ -149,7 +164,7 @@ def _global_provider(settings: TracingSettings, role: str) -> TracerProvider:
     if _provider is None:
         _provider = TracerProvider(
             resource=Resource.create({"service.name": f"{settings.service_name}-{role}"}),
-            sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)),
+            sampler=_OnlyWhileOn(ParentBased(TraceIdRatioBased(settings.sample_ratio))),
         )
         _provider.add_span_processor(_switch)
         trace.set_tracer_provider(_provider)

@@ -93,7 +93,8 @@ def main() -> None:
             from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
             from shared import tracing
-            tracing.setup(settings.tracing, role="front", exporter=InMemorySpanExporter())
+            exporter = InMemorySpanExporter()
+            tracing.setup(settings.tracing, role="front", exporter=exporter)
         engine = db.engine_for(url)
         tenant = new_tenant(engine)
         token = new_token(engine, tenant, ["general"])
@@ -108,6 +109,11 @@ def main() -> None:
         _apply = apply
         with Front(settings) as front:
             results = asyncio.run(timed_calls(front.url, token, args.calls, args.facts))
+        if args.traced:
+            finished = exporter.get_finished_spans()
+            reads = {s.context.trace_id for s in finished if s.name in {f"tools/call {t}" for t in results}}
+            in_reads = [s for s in finished if s.context.trace_id in reads]
+            print(f"spans per read call: {len(in_reads) / max(1, len(reads)):.1f} (the client's MCP span included)")
         for tool, times in results.items():
             ms = sorted(t * 1000 for t in times)
             print(f"{tool:15} traced={args.traced!s:5} n={len(ms)} mean={statistics.fmean(ms):.2f} ms "

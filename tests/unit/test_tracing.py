@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from shared import tracing
@@ -117,10 +118,12 @@ def test_a_log_record_made_inside_a_span_carries_its_trace_and_span_ids_as_json(
     assert "trace_id" not in json.loads(JsonFormatter().format(outside))
 
 
-def test_turning_tracing_off_stops_adding_trace_ids(spans):
+def test_turning_tracing_off_stops_adding_trace_ids_and_recording(spans):
     tracing.shutdown()
     with tracing.span("call"):
         assert "trace_id" not in json.loads(JsonFormatter().format(_record("after")))
+    # the global provider stays (the MCP SDK holds it) but records nothing any more
+    assert not trace.get_tracer("mcp-python-sdk").start_span("tools/call x").is_recording()
     assert spans.get_finished_spans() == ()
 
 
