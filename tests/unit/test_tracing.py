@@ -153,3 +153,42 @@ def test_the_process_log_lines_on_stderr_carry_trace_ids_and_spans_go_to_the_con
     assert "0x" + lines["tool call"]["trace_id"] == span["context"]["trace_id"]
     assert "0x" + lines["tool call"]["span_id"] == span["context"]["span_id"]
     assert "trace_id" not in lines["no span"]
+
+
+def test_with_an_otlp_endpoint_spans_are_posted_to_the_collector_as_otlp_protobuf():
+    # given a local OTLP/HTTP receiver and settings naming only its endpoint
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received: list[tuple[str, bytes]] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            received.append((self.path, self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        settings = load_settings(tracing={"otlp_endpoint": f"http://127.0.0.1:{server.server_port}"})
+        assert tracing.setup(settings.tracing, role="front")
+        # when a span ends and the process flushes
+        with tracing.span("memory.apply_batch", tenant="t-otlp"):
+            pass
+        assert tracing.flush()
+    finally:
+        tracing.shutdown()
+        server.shutdown()
+        server.server_close()
+    # then the collector got it at /v1/traces, as OTLP protobuf
+    (path, body), *_ = received
+    assert path == "/v1/traces"
+    request = ExportTraceServiceRequest.FromString(body)
+    names = [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert "memory.apply_batch" in names
