@@ -1,8 +1,9 @@
 """What tracing costs a read: memory_search and memory_context through the real front, tracing off or on.
 
-    python tests/bench/bench_tracing.py [--calls 300] [--facts 50] [--traced] [--redis-url URL]
+    python tests/bench/bench_tracing.py [--calls 300] [--facts 50] [--traced] [--redis-url URL] [--database-url URL]
 
-Starts the embedded PostgreSQL (stopped at exit) with a throwaway database, a front in this process (uvicorn in a
+Starts the embedded PostgreSQL (stopped at exit) with a throwaway database (or uses --database-url, migrated), a
+front in this process (uvicorn in a
 thread, as tests/api do), stores --facts facts through it and applies them in-process, then times --calls calls
 of each read tool, one MCP session, back to back. ``--traced`` turns tracing on with an in-memory exporter (every
 span recorded, none shipped). Compare a run of this commit with one of the commit before tracing for "off".
@@ -76,16 +77,20 @@ def main() -> None:
     parser.add_argument("--facts", type=int, default=50)
     parser.add_argument("--traced", action="store_true", help="tracing on (in-memory exporter)")
     parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after (wake-ups land there)")
+    parser.add_argument("--database-url", help="a migrated database to use as is (default: a throwaway one)")
     args = parser.parse_args()
     import redis
 
     broker = redis.Redis.from_url(args.redis_url)
     broker.flushdb()
 
-    admin = make_url(db.start_embedded_postgres(PGDATA, stop_at_exit=True)).set(database="postgres")
-    name = f"mb_bench_tracing_{uuid.uuid4().hex[:8]}"
-    db.ensure_database(admin.render_as_string(hide_password=False), name)
-    url = admin.set(database=name).render_as_string(hide_password=False)
+    if args.database_url:
+        admin, name, url = None, None, args.database_url
+    else:
+        admin = make_url(db.start_embedded_postgres(PGDATA, stop_at_exit=True)).set(database="postgres")
+        name = f"mb_bench_tracing_{uuid.uuid4().hex[:8]}"
+        db.ensure_database(admin.render_as_string(hide_password=False), name)
+        url = admin.set(database=name).render_as_string(hide_password=False)
     try:
         db.migrate(url)
         settings = load_settings(database_url=url, redis_url=args.redis_url)
@@ -121,6 +126,8 @@ def main() -> None:
     finally:
         broker.flushdb()
         db.engine_for.cache_clear()
+        if admin is None:
+            return
         engine = create_engine(admin.render_as_string(hide_password=False), isolation_level="AUTOCOMMIT")
         with engine.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
