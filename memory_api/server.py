@@ -31,7 +31,7 @@ from memory_api.tools import build_tools
 from memory_api.tools.runtime import PRINCIPAL_SCOPE_KEY, utcnow
 from memory_api.tools.services import Services
 from shared import stats as shared_stats
-from shared import telemetry
+from shared import telemetry, tracing
 from shared.config import ConfigError, Settings
 from shared.db import unit_of_work
 from shared.errors import Unavailable
@@ -246,6 +246,7 @@ def build_app(settings: Settings, *, database_url: str | None = None, token_ttl:
     url = database_url or settings.database_url
     if not url:
         raise ConfigError("database_url: not set (DATABASE_URL, or use `memory-butler serve`, which finds one)")
+    tracing.setup(settings.tracing, role="front")  # before the engine connects (off unless configured)
     services = Services(settings=settings, database_url=url)
     server = build_server(services)
     server.custom_route("/healthz", methods=["GET"])(_healthz(services))
@@ -255,6 +256,7 @@ def build_app(settings: Settings, *, database_url: str | None = None, token_ttl:
     app.router.routes.extend(dashboard.routes())  # the dashboard's /api and web UI (memory_api/dashboard)
     services.token_cache = TokenCache(ttl=token_ttl)
     app.add_middleware(BearerAuth, services=services, cache=services.token_cache)
+    tracing.instrument_asgi(app)  # outermost: a refused token is traced too
     # One line per stateless request ("Terminating session: None") is noise next to our one line per tool call.
     logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
     app.state.services = services
@@ -275,5 +277,6 @@ def run_stdio(settings: Settings, *, database_url: str | None = None) -> None:
     if not url:
         raise ConfigError("database_url: not set")
     principal = Principal(tenant_id=settings.tenant_id, butlers=(ALL_BUTLERS,), role="admin", token_id=None)
+    tracing.setup(settings.tracing, role="front")
     services = Services(settings=settings, database_url=url, stdio_principal=principal)
     anyio.run(build_server(services).run_stdio_async)

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
-from celery.signals import celeryd_init, setup_logging, worker_process_init, worker_process_shutdown
+from celery.signals import celeryd_init, setup_logging, worker_init, worker_process_init, worker_process_shutdown
 
+from shared import tracing
 from shared.config import Settings, get_settings
 from shared.logs import configure_logging
 from shared.sharding import MAINTENANCE_QUEUE, queue_for
@@ -149,9 +150,11 @@ def _json_logs(**_: Any) -> None:
 
 @worker_process_init.connect
 def _init_process(**_: Any) -> None:
-    """Each pool process builds its engine, embedder and extractor once (never inherited across fork)."""
+    """Each pool process sets up tracing and builds its engine, embedder and extractor once (never inherited
+    across fork: an exporter's thread and a pooled connection do not survive it)."""
     from memory_workers.tasks import build_runtime, install_runtime
 
+    tracing.setup(current_settings().tracing, role="worker")
     install_runtime(build_runtime(current_settings()))
 
 
@@ -175,8 +178,18 @@ def _serve_metrics(sender: str | None = None, **_: Any) -> None:
                                               "port": settings.workers.metrics_port, "dir": str(directory)})
 
 
+@worker_init.connect
+def _init_worker(sender: Any = None, **_: Any) -> None:
+    """Pools that run tasks in the worker's own process (solo, threads) get no worker_process_init: trace here."""
+    pool = getattr(sender, "pool_cls", "prefork")  # a name or a class: worker_init comes before it is resolved
+    if "prefork" not in (pool if isinstance(pool, str) else getattr(pool, "__module__", "prefork")):
+        tracing.setup(current_settings().tracing, role="worker")
+
+
 @worker_process_shutdown.connect
 def _pool_process_gone(pid: int | None = None, **_: Any) -> None:
+    """A pool process may exit without running atexit handlers: export its buffered spans first."""
     from shared import telemetry
 
+    tracing.flush()
     telemetry.process_exited(pid or os.getpid())

@@ -19,6 +19,7 @@ from kombu.exceptions import KombuError
 from memory_workers.app import APPLY_TASK, CONSOLIDATE_TASK, app, current_settings, redis_url
 from memory_workers.schedule import maintenance_periods  # noqa: F401 - re-exported for the front's /metrics
 from shared import telemetry
+from shared import tracing
 from shared.config import Settings
 from shared.errors import Unavailable
 from shared.sharding import MAINTENANCE_QUEUE, queue_for, shard_queues
@@ -92,6 +93,12 @@ def _send(conn: Connection, task_name: str, tenant_id: str, butler: str, queue: 
                   retry=False, ignore_result=True, countdown=countdown)
 
 
+def register_tasks() -> None:
+    """Import the task modules, so Celery's tracing finds a task by the name it is sent under (the front sends
+    by name; unregistered, the instrumentation would leave its publish span open)."""
+    app.loader.import_default_modules()
+
+
 def wake_apply(tenant_id: str, butler: str, *, settings: Settings | None = None,
                countdown: float | None = None) -> None:
     """Ask a worker to apply the key's pending write intents (after the intents committed), now or in
@@ -115,13 +122,16 @@ class Publisher:
     def __init__(self, settings: Settings | None = None, *, max_pending: int = MAX_PENDING) -> None:
         self._settings = settings or current_settings()
         self._max_pending = max_pending
-        self._pending: dict[tuple[str, str, str], None] = {}  # an ordered set: oldest wake-up first
+        # Oldest wake-up first, each with the trace context of the call that first asked for it (None: untraced).
+        self._pending: dict[tuple[str, str, str], dict[str, str] | None] = {}
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
         self._backoff = 0.0
         self._conn: Connection | None = None
         self.stats = {"published": 0, "coalesced": 0, "dropped": 0, "failed": 0}
+        if tracing.enabled():
+            register_tasks()
         self._thread = threading.Thread(target=self._run, name="memory-wake-publisher", daemon=True)
         self._thread.start()
 
@@ -144,7 +154,7 @@ class Publisher:
             elif self._closed or len(self._pending) >= self._max_pending:
                 self._count("dropped")
             else:
-                self._pending[item] = None
+                self._pending[item] = tracing.current_carrier()
                 self._cond.notify()
 
     def flush(self, timeout: float = 5.0) -> bool:
@@ -165,7 +175,7 @@ class Publisher:
                 self._cond.wait_for(lambda: self._pending or self._closed)
                 if not self._pending:
                     break
-                batch = list(self._pending)
+                batch = list(self._pending.items())
                 self._pending.clear()
                 self._busy = True
             self._publish_round(batch)
@@ -176,10 +186,11 @@ class Publisher:
                     self._cond.wait_for(lambda: self._closed, self._backoff)
         self._drop_connection()
 
-    def _publish_round(self, batch: list[tuple[str, str, str]]) -> None:
-        for done, item in enumerate(batch):
+    def _publish_round(self, batch: list[tuple[tuple[str, str, str], dict[str, str] | None]]) -> None:
+        for done, (item, trace_context) in enumerate(batch):
             try:
-                self._publish_one(item)
+                with tracing.attached(trace_context):  # the publish span joins the accepting call's trace
+                    self._publish_one(item)
             except Unavailable as exc:
                 self._drop_connection()
                 lost = len(batch) - done

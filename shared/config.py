@@ -368,6 +368,31 @@ class EncryptionSettings(_Section):
         return [base_predicate(p) for p in value]
 
 
+class TracingSettings(_Section):
+    """OpenTelemetry traces (shared.tracing), off by default. An otlp_endpoint alone turns on the OTLP exporter."""
+
+    # none: no tracing at all (nothing is instrumented); console: one JSON span per line on stdout (development);
+    # otlp: OTLP over HTTP/protobuf to otlp_endpoint (a collector, Jaeger, Tempo...); auto: otlp if an endpoint is
+    # set, else none.
+    exporter: Literal["auto", "none", "console", "otlp"] = "auto"
+    otlp_endpoint: str = ""
+    service_name: str = "memory-butler"
+    sample_ratio: float = Field(1.0, ge=0, le=1)  # of root traces; a caller's sampled/unsampled flag is kept
+
+    @property
+    def active_exporter(self) -> str:
+        """The exporter in force: the explicit one, else otlp when an endpoint is set, else none."""
+        if self.exporter != "auto":
+            return self.exporter
+        return "otlp" if self.otlp_endpoint else "none"
+
+    @model_validator(mode="after")
+    def _otlp_has_an_endpoint(self) -> "TracingSettings":
+        if self.exporter == "otlp" and not self.otlp_endpoint:
+            raise ValueError("otlp_endpoint must be set when exporter = 'otlp' (e.g. 'http://127.0.0.1:4318')")
+        return self
+
+
 class Settings(BaseSettings):
     """Everything configurable. Build with :func:`load_settings`, never by reading ``os.environ`` elsewhere."""
 
@@ -395,6 +420,7 @@ class Settings(BaseSettings):
     redaction: RedactionSettings = RedactionSettings()
     encryption: EncryptionSettings = EncryptionSettings()
     replicas: ReplicaSettings = ReplicaSettings()
+    tracing: TracingSettings = TracingSettings()
 
     @field_validator("database_read_url")
     @classmethod

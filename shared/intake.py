@@ -56,8 +56,10 @@ def payload_hash(kind: str, payload: dict[str, Any]) -> str:
 
 def accept(
     conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], actor: str, request_id: str | None,
+    trace_context: dict[str, str] | None = None,
 ) -> list[Accepted]:
     """Record writes durably (in the caller's transaction), in order; replays return their first id.
+    ``trace_context`` (the accepting call's W3C context) is stored with each new intent for the worker's trace.
 
     An idempotency key is scoped to its shard key (tenant, butler): two butlers may use the same key. A replay
     whose payload differs from the first write's is refused with IdempotencyConflict (nothing written).
@@ -83,7 +85,7 @@ def accept(
             fresh.append(w)
     assigned = _assign(conn, tenant_id=tenant_id, writes=fresh,
                        hashes={id(w): h for w, h in zip(writes, hashes, strict=True)},
-                       actor=actor, request_id=request_id)
+                       actor=actor, request_id=request_id, trace_context=trace_context)
     out: list[Accepted] = []
     for i, w in enumerate(writes):
         key = (w.butler, w.idempotency_key) if w.idempotency_key else None
@@ -121,7 +123,7 @@ def _conflict(index: int, writes: Sequence[WriteRequest], used_by: str) -> Idemp
 
 def _assign(
     conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], hashes: dict[int, str], actor: str,
-    request_id: str | None,
+    request_id: str | None, trace_context: dict[str, str] | None,
 ) -> dict[Any, Accepted]:
     """Allocate gap-free sequences per butler (row-locking the counter until commit) and insert the intents."""
     by_butler: dict[str, list[WriteRequest]] = {}
@@ -146,7 +148,7 @@ def _assign(
                          "payload_hash": hashes[id(w)], "request_id": request_id, "actor": actor,
                          # The accept time is the database's clock, never the front's: a fact's "is it late?"
                          # check (shared.writes.store_fact) orders writes by it, and fronts' clocks differ.
-                         "created_at": func.clock_timestamp()})
+                         "created_at": func.clock_timestamp(), "trace_context": trace_context})
     if rows:
         inserted = conn.execute(
             pg_insert(write_intents).values(rows).on_conflict_do_nothing(

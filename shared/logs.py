@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line on stderr, with whatever context the caller binds."""
+"""Structured logs: one JSON object per line on stderr, with whatever context the caller binds, and the fields
+of registered context providers (the active span's ``trace_id``/``span_id`` when tracing is on)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import logging.handlers
 import queue
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 _RESERVED = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
@@ -83,3 +86,35 @@ def configure_cli_logging(log_file: Path | None, level: str = "INFO") -> None:
 
 
 _listener: logging.handlers.QueueListener | None = None
+
+ContextFields = Callable[[], dict[str, Any]]
+_context: list[ContextFields] = []
+_base_factory: Callable[..., logging.LogRecord] | None = None
+
+
+def add_context(fields: ContextFields) -> None:
+    """Add ``fields()`` to every log record made from now on (idempotent).
+
+    They are read when the record is made, in the thread that logs: the JSON line is written later by the
+    listener's thread, where the caller's span is no longer current. Nothing is added while none is registered.
+    """
+    global _base_factory
+    if fields in _context:
+        return
+    _context.append(fields)
+    if _base_factory is None:
+        _base_factory = logging.getLogRecordFactory()
+        logging.setLogRecordFactory(_record_with_context)
+
+
+def remove_context(fields: ContextFields) -> None:
+    if fields in _context:
+        _context.remove(fields)
+
+
+def _record_with_context(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    assert _base_factory is not None
+    record = _base_factory(*args, **kwargs)
+    for fields in _context:
+        record.__dict__.update(fields())
+    return record

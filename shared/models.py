@@ -96,6 +96,7 @@ write_intents = Table(
     _ts("applied_at"),
     Column("payload_hash", Text),  # sha256 of (kind, payload): a replay must carry the same write
     _ts("next_attempt_at"),        # a failed intent waits until then (backoff), and its key's later intents too
+    Column("trace_context", JSONB),  # the accepting call's W3C traceparent/tracestate (shared.tracing)
 )
 
 episodes = Table(

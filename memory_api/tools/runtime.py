@@ -20,7 +20,7 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 
 from memory_api.tools.services import Services, classify_db_error
-from shared import telemetry
+from shared import telemetry, tracing
 from shared.errors import ButlerError, InvalidInput, PermissionDenied, Unavailable
 from shared.reads import Reader
 from shared.schemas import RequestContext
@@ -173,6 +173,7 @@ def _log(tool: str, call: Call | None, request_id: str, started: float, error: B
     outcome = error.code if error else (call.outcome if call else "ok")
     if call is not None:
         telemetry.observe_tool(tool, outcome, duration_ms / 1000)
+    tracing.annotate_call(request_id=request_id, tenant=call.tenant if call else None, outcome=outcome)
     extra = {"tool": tool, "tenant": call.tenant if call else None, "request_id": request_id,
              "duration_ms": duration_ms, "outcome": outcome}
     lineage = call.lineage if call else None

@@ -18,7 +18,7 @@ from memory_api.tools.params import (
 )
 from memory_api.tools.results import AcceptedItem, BatchAccepted, WriteAccepted
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
-from shared import intake, protection
+from shared import intake, protection, tracing
 from shared.db import unit_of_work
 from shared.errors import IdempotencyConflict, InvalidInput, Unavailable
 from shared.intake import Accepted, WriteRequest
@@ -42,6 +42,7 @@ def _check_size(call: Call, field: str, value: str) -> None:
 async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> list[Accepted]:
     """Durably accept ``writes`` in one transaction, then wake each shard's worker (never waiting on the broker)."""
     engine = call.services.engine
+    trace_context = tracing.current_carrier()  # None when tracing is off
 
     def work() -> list[Accepted]:
         # The second try finds the first writer's row (a replay, or a conflict); a third race is not worth waiting.
@@ -52,7 +53,7 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
                 with attempt:
                     with unit_of_work(engine) as conn:
                         accepted = intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
-                                                 request_id=call.request_id)
+                                                 request_id=call.request_id, trace_context=trace_context)
                     call.wrote(a.id for a in accepted)  # memory_get of these ids reads where the intents are
                     return accepted
         except intake.ConcurrentReplay:

@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from memory_workers.app import CONSOLIDATE_TASK, app, soft_time_limit
 from memory_workers.enqueue import wake_consolidate
 from memory_workers.tasks import Embedder, KeyRunSummary, runtime, worker_name
-from shared import telemetry
+from shared import telemetry, tracing
 from shared.config import Settings
 from shared.consolidation import (
     Failure, RunContext, StaleBatch, apply_run, describe_error, fetch_batch, has_due, key_lock,
@@ -88,7 +88,9 @@ def consolidate_key(
                                     max_tokens=settings.consolidation.batch_tokens)
             if batch is None:
                 break
-            summary.counts.update({k: v for k, v in runner.run_batch(batch).items() if isinstance(v, int)})
+            with tracing.span("memory.consolidate_batch", tenant=tenant_id, butler=butler,
+                              episodes=len(batch.episodes)):
+                summary.counts.update({k: v for k, v in runner.run_batch(batch).items() if isinstance(v, int)})
             summary.batches += 1
             if time.monotonic() > runner.deadline:
                 break

@@ -27,7 +27,7 @@ from sqlalchemy import Connection, RowMapping, text
 from memory_workers.app import APPLY_TASK, app
 from memory_workers.enqueue import wake_apply, wake_consolidate
 from memory_workers.tasks import KeyRunSummary, Runtime, runtime, worker_name
-from shared import conversation, intake, telemetry, writes
+from shared import conversation, intake, telemetry, tracing, writes
 from shared import repository as repo
 from shared.consolidation import describe_error
 from shared.consolidation_plan import embedding_text
@@ -98,12 +98,17 @@ def apply_pending(rt: Runtime, *, tenant_id: str, butler: str, actor: Actor,
 def _apply_round(rt: Runtime, *, tenant_id: str, butler: str, limit: int, actor: Actor,
                  summary: KeyRunSummary) -> int | None:
     """One batch in one transaction; None if another worker holds the key. A failed batch is retried singly."""
+    started = tracing.now_ns()
     try:
-        with unit_of_work(rt.engine) as conn:
-            if not _try_lock(conn, tenant_id, butler):
-                return None
-            intents = intake.claim_pending(conn, tenant_id=tenant_id, butler=butler, limit=limit)
-            counts = apply_batch(conn, rt, intents=intents, actor=actor)
+        with tracing.span("memory.apply_batch", tenant=tenant_id, butler=butler, limit=limit):
+            with unit_of_work(rt.engine) as conn:
+                if not _try_lock(conn, tenant_id, butler):
+                    return None
+                intents = intake.claim_pending(conn, tenant_id=tenant_id, butler=butler, limit=limit)
+                outcomes: dict[Any, str] = {}
+                counts = apply_batch(conn, rt, intents=intents, actor=actor, outcomes=outcomes)
+            # After the commit: each write's own trace (stored with its intent) shows it applied (or failed).
+            tracing.record_applied(intents, started_ns=started, outcomes=outcomes)
     except SoftTimeLimitExceeded:
         raise
     except Exception as exc:  # noqa: BLE001 - isolate whatever broke the batch (e.g. the embedder) to one intent
@@ -137,13 +142,17 @@ def _try_lock(conn: Connection, tenant_id: str, butler: str) -> bool:
                         {"k": apply_lock_key(tenant_id, butler)}).scalar_one()
 
 
-def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping], actor: Actor) -> Counter[str]:
+def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping], actor: Actor,
+                outcomes: dict[Any, str] | None = None) -> Counter[str]:
     """Apply claimed intents (in seq order) inside the caller's transaction; returns counts by outcome.
 
     A failure that will be retried holds its key: whatever came after it is rolled back and stays pending, to
     apply after it (per-key order). A failure that dead-letters (a bad payload, the last attempt) holds nothing.
+    ``outcomes``, if given, gets each intent's own: applied, retry or dead_letter (by intent id); an intent held
+    behind a retried one gets none (it was not tried).
     """
     counts: Counter[str] = Counter()
+    outcome = outcomes if outcomes is not None else {}
     if not intents:
         return counts
     savepoint = conn.begin_nested()
@@ -151,8 +160,10 @@ def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
     held = _first_retried(rt, failures)
     if held is not None and any(i["seq"] > held[0]["seq"] for i in applied):
         savepoint.rollback()
-        counts = apply_batch(conn, rt, intents=[i for i in intents if i["seq"] < held[0]["seq"]], actor=actor)
-        counts[_mark_failed(conn, rt, *held)] += 1
+        counts = apply_batch(conn, rt, intents=[i for i in intents if i["seq"] < held[0]["seq"]], actor=actor,
+                             outcomes=outcome)
+        outcome[held[0]["id"]] = _mark_failed(conn, rt, *held)
+        counts[outcome[held[0]["id"]]] += 1
         return counts
     savepoint.commit()
     now = datetime.now(timezone.utc)
@@ -160,9 +171,11 @@ def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
     for intent in applied:  # observed before the caller commits: a rolled-back batch is re-applied and re-observed
         telemetry.APPLY_LAG.labels(intent["kind"]).observe(max(0.0, (now - intent["created_at"]).total_seconds()))
     counts.update(i["kind"] for i in applied)
+    outcome.update((i["id"], "applied") for i in applied)
     for intent, exc in failures:
         if held is None or intent["seq"] <= held[0]["seq"]:  # the ones after a held intent were not really tried
-            counts[_mark_failed(conn, rt, intent, exc)] += 1
+            outcome[intent["id"]] = _mark_failed(conn, rt, intent, exc)
+            counts[outcome[intent["id"]]] += 1
     return counts
 
 
