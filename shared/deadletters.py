@@ -110,10 +110,8 @@ FROM dead WHERE w.id = dead.id
 RETURNING w.id, w.tenant_id, w.butler, dead.error"""
 
 
-def redrive(conn: Connection, *, ids: Sequence[uuid.UUID] | None = None, tenant_id: str | None = None,
-            actor: str, limit: int = REDRIVE_LIMIT) -> list[Redriven]:
-    """dead_letter → pending with attempts reset: the given ids, or (ids=None) every dead letter of the tenant/all."""
-    check_transition("episode", "dead_letter", "pending")
+def _selection(ids: Sequence[uuid.UUID] | None, tenant_id: str | None, limit: int) -> tuple[str, dict[str, Any]]:
+    """The dead letters a redrive or a drop acts on: the given ids, or every one (of the tenant, if given)."""
     where, params = "", {"limit": limit}
     if ids is not None:
         where += " AND id = ANY(:ids)"
@@ -121,6 +119,14 @@ def redrive(conn: Connection, *, ids: Sequence[uuid.UUID] | None = None, tenant_
     if tenant_id is not None:
         where += " AND tenant_id = :tenant"
         params["tenant"] = tenant_id
+    return where, params
+
+
+def redrive(conn: Connection, *, ids: Sequence[uuid.UUID] | None = None, tenant_id: str | None = None,
+            actor: str, limit: int = REDRIVE_LIMIT) -> list[Redriven]:
+    """dead_letter → pending with attempts reset: the given ids, or (ids=None) every dead letter of the tenant/all."""
+    check_transition("episode", "dead_letter", "pending")
+    where, params = _selection(ids, tenant_id, limit)
     out, events = [], []
     for kind, sql in (("episode", _REDRIVE_EPISODES), ("write_intent", _REDRIVE_INTENTS)):
         for row in conn.execute(text(sql.format(where=where)), params):
@@ -148,13 +154,7 @@ def drop(conn: Connection, *, ids: Sequence[uuid.UUID] | None = None, tenant_id:
          actor: str, limit: int = REDRIVE_LIMIT) -> list[Redriven]:
     """Delete dead letters for good: the given ids, or (ids=None) every dead letter of the tenant/all. Only dead
     letters: an id that is not one is left alone (and not returned). One audit event each, without content."""
-    where, params = "", {"limit": limit}
-    if ids is not None:
-        where += " AND id = ANY(:ids)"
-        params["ids"] = list(ids)
-    if tenant_id is not None:
-        where += " AND tenant_id = :tenant"
-        params["tenant"] = tenant_id
+    where, params = _selection(ids, tenant_id, limit)
     out, events = [], []
     for kind, sql in _DROP.items():
         for row in conn.execute(text(sql.format(where=where)), params):
