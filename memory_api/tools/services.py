@@ -53,7 +53,8 @@ class Services:
         """Create every resource (blocking: loads the model); called once per process."""
         from shared.embedding import get_query_embedder, get_token_counter
 
-        self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S)
+        self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S,
+                                     dead_client_timeout_s=self.settings.dead_client_timeout_seconds)
         embedder = get_query_embedder()
         self.bumper = ReferenceBumper(self.engine)
         self.reader = Reader(engine=self.engine, settings=self.settings, embed=embedder.embed_one,

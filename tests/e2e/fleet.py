@@ -132,6 +132,7 @@ class Fleet:
     worker_hosts: tuple[str, ...] = ("host-a", "host-b")
     shard_count: int = 4
     env: dict[str, str] = field(default_factory=dict)   # extra settings for every part
+    dead_client_timeout_s: float = 60.0   # every part's (and the fleet's own engine's) settings.dead_client_timeout
     network: Network = field(default_factory=Network)
     work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mb-hosts-")))
     procs: dict[str, Proc] = field(default_factory=dict)
@@ -140,6 +141,7 @@ class Fleet:
     redis_url: str = ""
     killed: dict[str, Any] = field(default_factory=dict)   # what kill_host saw and did
     _engine: Any = None
+    _argv: dict[str, list[str]] = field(default_factory=dict)
 
     # --- start ------------------------------------------------------------------------------------
 
@@ -176,9 +178,11 @@ class Fleet:
                if not k.startswith("MEMORY_BUTLER_") and k not in ("DATABASE_URL", "REDIS_URL")}
         return {**env, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
                 "MEMORY_BUTLER_DATA_DIR": str(self.work_dir / "data"),
-                "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(self.shard_count), **self.env}
+                "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(self.shard_count),
+                "MEMORY_BUTLER_DEAD_CLIENT_TIMEOUT_SECONDS": str(self.dead_client_timeout_s), **self.env}
 
     def _spawn(self, name: str, host: str, argv: list[str]) -> None:
+        self._argv[name] = argv
         self._popen(name, host, self.network.command(host, [sys.executable, *argv]), self._part_env())
 
     def _popen(self, name: str, host: str | None, cmd: list[str], env: dict[str, str]) -> None:
@@ -193,7 +197,7 @@ class Fleet:
         return f"http://{self.network.addresses['front']}:{FRONT_PORT}/mcp"
 
     def wait_ready(self) -> None:
-        """Until the front answers /healthz and every worker host answers a Celery ping."""
+        """Until the front answers /healthz and every worker host answers a Celery ping (their model loaded)."""
         from celery import Celery
 
         health = self.url.rsplit("/mcp", 1)[0] + "/healthz"
@@ -246,7 +250,8 @@ class Fleet:
     def engine(self) -> Any:
         """This fleet's own small engine (disposed by :meth:`stop`), from the machine's namespace."""
         if self._engine is None:
-            self._engine = db.make_engine(self.database_url, pool_size=2)
+            self._engine = db.make_engine(self.database_url, pool_size=2,
+                                          dead_client_timeout_s=self.dead_client_timeout_s)
         return self._engine
 
     def held_locks(self, host: str) -> list[tuple[int, int]]:
@@ -259,21 +264,55 @@ class Fleet:
         with self.engine.connect() as conn:
             return conn.execute(BACKENDS_SQL, {"addr": self.network.addresses[host]}).scalar_one()
 
-    def kill_host(self, host: str | None = None) -> None:
-        """SIGKILL every process of a worker host once it holds a key's lock (caught mid-work), then cut its link."""
+    def kill_host(self, host: str | None = None, *, partition: bool = False) -> None:
+        """Once a worker host holds a key's lock (caught mid-work): SIGKILL all its processes, then cut its link;
+        or, with ``partition``, only cut its link (its processes live on, cut off, their sessions left open)."""
         host = host or self.worker_hosts[0]
-        deadline, held = time.monotonic() + MID_WORK_S, []
-        while time.monotonic() < deadline and not held:
-            held = self.held_locks(host)
+        if partition:
+            self._partition(host)
+            return
+        held = self._wait_holding(host)
         pids = self.network.pids(host)
         for pid in pids:   # only processes this fleet started: nothing else lives in the namespace
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        left = _wait_gone(pids, STOP_GRACE_S)
+        left = _wait_gone(pids, STOP_GRACE_S)   # gone before the link goes down: their sockets' FINs get out
         self.procs[host].popen.wait(STOP_GRACE_S)
         self.network.link_down(host)
         self.killed = {"host": host, "at": datetime.now(timezone.utc), "held_locks": held, "pids": pids,
-                       "still_running": left}
+                       "still_running": left, "partition": False}
+
+    def _wait_holding(self, host: str) -> list[tuple[int, int]]:
+        deadline, held = time.monotonic() + MID_WORK_S, []
+        while time.monotonic() < deadline and not held:
+            held = self.held_locks(host)
+        return held
+
+    def _partition(self, host: str) -> None:
+        """Cut the link while the host holds a lock, as PostgreSQL sees it after the cut (a COMMIT may have slipped
+        out between the look and the cut: then the link comes back up and the host is caught again)."""
+        deadline, held, attempts = time.monotonic() + MID_WORK_S, [], 0
+        while not held and time.monotonic() < deadline:
+            self._wait_holding(host)
+            self.network.link_down(host)
+            attempts += 1
+            held = self.held_locks(host)
+            if not held:
+                self.network.link_up(host)
+        self.killed = {"host": host, "at": datetime.now(timezone.utc), "held_locks": held,
+                       "pids": self.network.pids(host), "still_running": [], "partition": True, "attempts": attempts}
+
+    def revive_host(self, host: str) -> None:
+        """A killed or cut-off host back: whatever is left of it killed, its link up, its worker started again."""
+        for pid in self.network.pids(host):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.procs[host].popen.wait(STOP_GRACE_S)
+        self.network.link_up(host)
+        self.killed = {}
+        self._spawn(host, host, self._argv[host])
+        self.wait_ready()
 
     # --- stop -----------------------------------------------------------------------------------------
 

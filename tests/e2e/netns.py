@@ -104,8 +104,15 @@ class Network:
         """Cut host ``name`` off the subnet."""
         ip("-n", self.hosts[name], "link", "set", self.links[name], "down")
 
+    def link_up(self, name: str) -> None:
+        ip("-n", self.hosts[name], "link", "set", self.links[name], "up")
+
     def remove(self) -> None:
-        """Delete the namespaces (with their veth pairs) and the bridge; safe to call twice or after a failure."""
+        """Delete the veth pairs, the namespaces and the bridge; safe to call twice or after a failure.
+
+        The host ends are deleted explicitly: a namespace outlives its name while the kernel tears it down."""
+        for n in range(len(self.hosts)):
+            ip("link", "del", f"mb{self.run_id}h{n}", check=False)
         for namespace in self.hosts.values():
             ip("netns", "del", namespace, check=False)
         with contextlib.suppress(subprocess.SubprocessError):
