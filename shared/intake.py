@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, select, text, update
+from sqlalchemy import Connection, RowMapping, exists, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from shared.models import shard_sequences, write_intents
@@ -123,6 +123,14 @@ def claim_pending(conn: Connection, *, tenant_id: str, butler: str, limit: int) 
             write_intents.c.status == "pending",
         ).order_by(write_intents.c.seq).limit(limit).with_for_update(skip_locked=True)
     ).mappings())
+
+
+def has_pending(conn: Connection, *, tenant_id: str, butler: str) -> bool:
+    """Whether the key has a pending intent. Locks nothing: a check that row-locked the oldest intent (as
+    claim_pending does) would make the key's holder, claiming with SKIP LOCKED meanwhile, apply later ones first."""
+    return bool(conn.execute(select(exists().where(
+        write_intents.c.tenant_id == tenant_id, write_intents.c.butler == butler,
+        write_intents.c.status == "pending"))).scalar_one())
 
 
 def mark_applied(conn: Connection, *, ids: Sequence[uuid.UUID], now: datetime) -> None:

@@ -130,9 +130,11 @@ def _try_lock(conn: Connection, tenant_id: str, butler: str) -> bool:
 
 
 def _has_pending(rt: Runtime, *, tenant_id: str, butler: str) -> bool:
-    # A locked row is being applied by a worker that re-checks on its own, so SKIP LOCKED is the right answer.
+    # Without the key's lock, so without locking rows: a row this check locked would be skipped by the holder's
+    # claim (SKIP LOCKED) and applied after later ones (seen with two worker hosts, tests/e2e/test_hosts.py). A row
+    # the holder is applying right now still reads pending here: one extra wake-up, which finds the key done or busy.
     with unit_of_work(rt.engine) as conn:
-        return bool(intake.claim_pending(conn, tenant_id=tenant_id, butler=butler, limit=1))
+        return intake.has_pending(conn, tenant_id=tenant_id, butler=butler)
 
 
 def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping], actor: Actor) -> Counter[str]:
