@@ -24,6 +24,22 @@ install() {
     "$VENV/bin/python" -m pip install --quiet -e ".[test]"
     browser
     alert_tools
+    iproute
+}
+
+# tests/e2e/test_hosts.py runs worker "hosts" in network namespaces (ip netns, veth, a bridge): needs root and iproute2.
+iproute() {
+    if command -v ip >/dev/null 2>&1; then
+        return
+    fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "==> installing iproute2 (for the multi-host test's network namespaces)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq </dev/null
+        apt-get install -y -qq --no-install-recommends iproute2 </dev/null >/dev/null
+    else
+        echo "==> ip (iproute2) not found; tests/e2e/test_hosts.py will skip (it also needs root)" >&2
+    fi
 }
 
 # The dashboard's browser tests (tests/browser) drive Debian's headless Chromium through chromedriver.

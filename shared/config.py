@@ -20,6 +20,8 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "MEMORY_BUTLER_"
+# PostgreSQL ends the session of a client that vanished without closing its connection within about this long.
+DEAD_CLIENT_TIMEOUT_S = 60.0
 CONFIG_ENV = "MEMORY_BUTLER_CONFIG"
 
 
@@ -410,6 +412,11 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     flower_port: int = Field(5555, ge=1, le=65535)
     flower_basic_auth: str = "admin:memory-butler"
+    # How long PostgreSQL keeps the session, open transaction and advisory locks of a client that vanished without
+    # closing its connection (a host lost power or was cut off the network): every engine sets TCP keepalives and
+    # tcp_user_timeout for its sessions (shared.db.dead_client_settings). Without them a cut-off worker's lock held
+    # its key for the kernel's retransmission timeout, ~15 min (tests/e2e/test_hosts.py, docs/hosts.md).
+    dead_client_timeout_seconds: float = Field(DEAD_CLIENT_TIMEOUT_S, ge=5, le=3600)
 
     memory: MemorySettings = MemorySettings()
     schedule: ScheduleSettings = ScheduleSettings()

@@ -7,10 +7,12 @@ from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, create_engine, text
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
-from shared.config import Settings
+from shared.config import DEAD_CLIENT_TIMEOUT_S, Settings
 
 EMBEDDED_DB = "memory_butler"
 
@@ -81,11 +83,24 @@ def ensure_database(admin_url: str, name: str) -> None:
         engine.dispose()
 
 
-def make_engine(
-    url: str, *, pool_size: int = 5, connect_timeout_s: int = 3, max_overflow: int | None = None
-) -> Engine:
-    """An engine with a bounded connect time; made once per process (see :func:`engine_for`)."""
-    return create_engine(
+def dead_client_settings(timeout_s: float) -> dict[str, str]:
+    """Server settings that end the session of a client gone without a word within about ``timeout_s`` seconds.
+
+    Keepalive probes find a silent peer (idle + count x interval = timeout_s) while the session is idle, e.g.
+    holding a consolidation lock while the extractor runs; tcp_user_timeout drops it when data the server sent
+    stays unacknowledged that long (the peer vanished mid-answer: keepalives never start then). Both only apply
+    to TCP sessions; over a Unix socket PostgreSQL ignores them."""
+    interval = max(1, round(timeout_s / 6))
+    idle = max(1, round(timeout_s - 3 * interval))
+    return {"tcp_keepalives_idle": str(idle), "tcp_keepalives_interval": str(interval), "tcp_keepalives_count": "3",
+            "tcp_user_timeout": str(round(timeout_s * 1000))}
+
+
+def make_engine(url: str, *, pool_size: int = 5, connect_timeout_s: int = 3, max_overflow: int | None = None,
+                dead_client_timeout_s: float = DEAD_CLIENT_TIMEOUT_S) -> Engine:
+    """An engine with a bounded connect time whose sessions end when their client vanishes; made once per process
+    (see :func:`engine_for`)."""
+    engine = create_engine(
         normalise_url(url),
         pool_size=pool_size,
         max_overflow=pool_size * 2 if max_overflow is None else max_overflow,
@@ -93,12 +108,23 @@ def make_engine(
         pool_timeout=5,
         connect_args={"connect_timeout": connect_timeout_s, "application_name": "memory-butler"},
     )
+    settings = dead_client_settings(dead_client_timeout_s)
+
+    @event.listens_for(engine, "connect")
+    def _end_session_when_client_vanishes(dbapi_connection: Any, _record: Any) -> None:
+        # One round trip per new pooled connection; set_config rather than libpq's `options`, which PgBouncer refuses.
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
+                           [v for item in settings.items() for v in item])
+        dbapi_connection.commit()
+
+    return engine
 
 
 @lru_cache(maxsize=8)
-def engine_for(url: str) -> Engine:
+def engine_for(url: str, *, dead_client_timeout_s: float = DEAD_CLIENT_TIMEOUT_S) -> Engine:
     """The process-wide engine for ``url``."""
-    return make_engine(url)
+    return make_engine(url, dead_client_timeout_s=dead_client_timeout_s)
 
 
 @contextlib.contextmanager

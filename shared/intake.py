@@ -190,6 +190,18 @@ def retry_in(conn: Connection, *, tenant_id: str, butler: str) -> float | None:
     return float(wait) if wait is not None and wait > 0 else None
 
 
+def has_pending(conn: Connection, *, tenant_id: str, butler: str) -> bool:
+    """Whether the key has work now: a pending intent, the oldest not waiting out a retry backoff. Locks nothing: a
+    check that row-locked the oldest intent (as claim_pending does) would make the key's holder, claiming with SKIP
+    LOCKED meanwhile, apply later ones first."""
+    return bool(conn.execute(
+        select(func.coalesce(write_intents.c.next_attempt_at <= func.now(), True)).where(
+            write_intents.c.tenant_id == tenant_id, write_intents.c.butler == butler,
+            write_intents.c.status == "pending",
+        ).order_by(write_intents.c.seq).limit(1)
+    ).scalar())
+
+
 def mark_applied(conn: Connection, *, ids: Sequence[uuid.UUID], now: datetime) -> None:
     if ids:
         conn.execute(update(write_intents).where(write_intents.c.id.in_(ids)).values(status="applied", applied_at=now))

@@ -6,7 +6,10 @@ A drill waits until a share of the burst was accepted, breaks one thing, waits `
 - postgres: fast-shutdown the embedded PostgreSQL, then start it again (accepts must answer ``unavailable``);
 - front: SIGKILL the MCP front, then start a new one (clients reconnect and retry);
 - replay: every write is sent twice (the runner turns replay on) and every key gets duplicate wake-ups
-  (duplicate broker deliveries) until the backlog has drained.
+  (duplicate broker deliveries) until the backlog has drained;
+- kill-host / partition-host (a fleet of several worker hosts only, see tests/e2e/test_hosts.py): SIGKILL every
+  process of one worker host, then cut its link / only cut its link (its processes live on, unreachable); not
+  restored: the surviving hosts must take over its keys.
 Milestones go to the recorder as events: ``<drill>_break``, ``_down``, ``_restoring``, ``_restored``.
 """
 
@@ -20,6 +23,8 @@ from memory_api.loadtest.localstack import LocalStack
 from memory_api.loadtest.metrics import Recorder
 
 DRILLS = ("kill-worker", "redis", "postgres", "front", "replay")
+# Drills that need a stack with several worker hosts and a ``kill_host()`` (not the single-host LocalStack).
+FLEET_DRILLS = ("kill-host", "partition-host")
 DUPLICATE_WAKEUP_EVERY_S = 0.5
 REDIS_SUPERVISE_S = 10.0  # beat notices the lost lock within its 5 s loop
 
@@ -66,12 +71,17 @@ class Drill:
                 recorder.event(f"restarted_after_redis:{','.join(revived)}")
 
     def _break(self) -> None:
+        # Looked up lazily: a fleet (tests/e2e/fleet.py) has kill_host but no stop_redis, LocalStack the reverse.
         {"kill-worker": lambda: self.stack.kill("worker"), "front": lambda: self.stack.kill("front"),
-         "redis": self.stack.stop_redis, "postgres": self.stack.stop_postgres}[self.name]()
+         "redis": lambda: self.stack.stop_redis(), "postgres": lambda: self.stack.stop_postgres(),
+         "kill-host": lambda: self.stack.kill_host(),
+         "partition-host": lambda: self.stack.kill_host(partition=True)}[self.name]()
 
     def _restore(self) -> None:
+        # A killed or cut-off host stays down: the other hosts own its keys now.
         {"kill-worker": lambda: self.stack.restart("worker"), "front": lambda: self.stack.restart("front"),
-         "redis": self.stack.start_redis, "postgres": self.stack.start_postgres}[self.name]()
+         "redis": lambda: self.stack.start_redis(), "postgres": lambda: self.stack.start_postgres(),
+         "kill-host": lambda: None, "partition-host": lambda: None}[self.name]()
 
     async def _duplicate_wakeups(self, recorder: Recorder, keys: list[tuple[str, str]], done: asyncio.Event) -> None:
         """Duplicate broker deliveries: every key is woken (apply and consolidate) again and again."""

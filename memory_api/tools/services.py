@@ -64,7 +64,8 @@ class Services:
         from shared.embedding import get_query_embedder, get_token_counter
 
         self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S,
-                                     max_overflow=DB_THREADS + AUTH_THREADS - POOL_SIZE)
+                                     max_overflow=DB_THREADS + AUTH_THREADS - POOL_SIZE,
+                                     dead_client_timeout_s=self.settings.dead_client_timeout_seconds)
         replicas = self.settings.replicas
         self.plane = ReadPlane(primary=self.engine, replica_urls=self.settings.read_urls,
                                max_lag_s=replicas.max_lag_seconds, check_interval_s=replicas.check_interval_seconds,

@@ -47,7 +47,8 @@ def build_runtime(settings: Settings) -> Runtime:
 
     if not settings.database_url:
         raise ConfigError("database_url: DATABASE_URL is not set; a worker needs the database")
-    return Runtime(settings, engine_for(settings.database_url), get_embedder(), build_extractor(settings.consolidation))
+    engine = engine_for(settings.database_url, dead_client_timeout_s=settings.dead_client_timeout_seconds)
+    return Runtime(settings, engine, get_embedder(), build_extractor(settings.consolidation))
 
 
 def install_runtime(runtime_: Runtime | None) -> None:

@@ -238,6 +238,24 @@ def test_a_busy_key_is_left_to_its_holder(settings, engine, model):
     assert summary.busy and rows(engine, "SELECT count(*) FROM episodes WHERE tenant_id = :t", t=t) == [(0,)]
 
 
+def test_another_workers_recheck_of_the_key_never_makes_the_holder_skip_its_oldest_intent(settings, engine, model):
+    rt = make_runtime(settings, engine, model)
+    t = new_tenant(engine)
+    accepted = accept(engine, t, [episode(f"Turn {n}.") for n in range(3)])
+    # given a worker that just let go of the key re-checking it for pending intents, its transaction still open
+    with engine.connect() as checker, checker.begin():
+        assert intake.has_pending(checker, tenant_id=t, butler="general")
+        # when the key's next holder applies it meanwhile
+        summary = apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)
+    # then it applied every intent, the oldest first (a re-check that row-locked the oldest made the holder's
+    # SKIP LOCKED claim apply the later ones first, and the oldest after them)
+    assert summary.counts["episode"] == 3 and not summary.more
+    order = rows(engine, "SELECT (payload->>'seq')::int FROM memory_events WHERE tenant_id = :t "
+                         "AND event_type = 'episode.stored' ORDER BY id", t=t)
+    assert [s for (s,) in order] == [a.seq for a in accepted]
+    assert rows(engine, "SELECT count(*) FROM write_intents WHERE tenant_id = :t AND status = 'pending'", t=t) == [(0,)]
+
+
 # ---- through a real Celery worker ---------------------------------------------------------------------
 
 
