@@ -10,7 +10,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -90,8 +89,7 @@ def test_a_worker_node_serves_the_summed_metrics_of_its_pool_processes(node, dat
         for butler in butlers:
             writes = [intake.WriteRequest("episode", butler, EpisodeWrite(content=f"I live in City{n}.", butler=butler)
                                           .model_dump(mode="json"), None) for n in range(3)]
-            intake.accept(conn, tenant_id=tenant, writes=writes, actor="test", request_id=None,
-                          now=datetime.now(timezone.utc))
+            intake.accept(conn, tenant_id=tenant, writes=writes, actor="test", request_id=None)
     for butler in butlers:
         wake_apply(tenant, butler, settings=settings)
 

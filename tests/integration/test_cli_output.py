@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 ANSWER = re.compile(
-    r"token id  [0-9a-f-]{36}\ntenant    default\nrole      butler\nbutlers   health\n\nmb_\S+\n\n"
+    r"token id  [0-9a-f-]{36}\ntenant    default\nrole      butler\nbutlers   health\nexpires   never \(until revoked\)\n"
+    r"\nmb_\S+\n\n"
     r"This is the only time the token is shown; store it now\. Send it as 'Authorization: Bearer <token>'\.\n\Z")
 
 

@@ -298,8 +298,8 @@ def test_known_rules_that_say_the_same_thing_are_merged_into_the_oldest_with_the
 
     # then the older rule is the one rule, holding every application; the newer is retracted (restorable)
     assert summary.batches == 1
-    state = dict(rows(engine, "SELECT id, (validity, success_count, applied_count) FROM rules WHERE tenant_id = :t",
-                      t=t))
+    state = {r[0]: tuple(r[1:]) for r in rows(
+        engine, "SELECT id, validity, success_count, applied_count FROM rules WHERE tenant_id = :t", t=t)}
     assert state[older] == ("active", 3, 3) and state[newer][0] == "retracted"
     assert rows(engine, "SELECT count(*) FROM rule_applications WHERE rule_id = :r", r=older) == [(3,)]
     assert ("rule", older, "supersedes", "rule", newer) in links(engine, t)
