@@ -234,6 +234,11 @@ class EmbeddingSettings(_Section):
     # Threads for one query's embedding on the read path (the front embeds one short query at a time, on the
     # read's critical path; the threads stop spinning when it returns). Set 1 on a 1-core machine.
     query_threads: int = Field(2, ge=1, le=64)
+    # The front's concurrent reads share one model call per batch: the embedding thread waits at most this long
+    # for more queries after the first (0 = embed what is queued right away). See shared.query_batcher.
+    query_batch_wait_ms: float = Field(1.0, ge=0, le=50)
+    # How long an identical query text reuses its embedding (an LRU of 1024 texts per front; 0 = no reuse).
+    query_cache_ttl_s: float = Field(60.0, ge=0, le=86_400)
     mkldnn: bool = False
 
 
@@ -242,6 +247,9 @@ class ApiSettings(_Section):
     port: int = Field(8150, ge=1, le=65535)
     max_batch: int = Field(500, ge=1, le=10_000)
     max_content_chars: int = Field(20_000, ge=100)
+    # Reads a front admits beyond the 24 it runs at once; one more answers degraded at once (fail open) instead
+    # of waiting past its deadline. Accepts are not counted: they have their own threads and connections.
+    read_queue: int = Field(48, ge=0, le=10_000)
 
 
 class Settings(BaseSettings):

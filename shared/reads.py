@@ -35,6 +35,7 @@ from shared.writes import Visibility, load_visible
 
 QUERY_CANCELED = "57014"  # SQLSTATE of a statement cancelled by statement_timeout
 EmbedQuery = Callable[[str], np.ndarray]
+EmbedLater = Callable[[str], Future[np.ndarray]]  # e.g. shared.query_batcher.QueryBatcher.submit
 CountTokens = Callable[[Sequence[str]], list[int]]
 
 
@@ -46,16 +47,18 @@ class Reader:
     """The read side for one process: engine, settings, query embedder and token counter are made once."""
 
     def __init__(self, *, engine: Engine, settings: Settings, embed: EmbedQuery, count_tokens: CountTokens,
-                 bumper: ReferenceBumper | None = None) -> None:
+                 bumper: ReferenceBumper | None = None, embed_later: EmbedLater | None = None) -> None:
         self.engine = engine
         self.settings = settings
         self.retrieval = settings.memory.retrieval
         self._embed = embed
         self._count = count_tokens
         self._bumper = bumper
-        # The query is embedded on this thread while the read's own thread opens its transaction (and, for
-        # memory_context, fetches the recent episodes).
-        self._embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding")
+        # The query is embedded on another thread while the read's own thread opens its transaction (and, for
+        # memory_context, fetches the recent episodes): ``embed_later``'s (the front's micro-batcher), else this.
+        self._embed_later = embed_later
+        self._embedding = (None if embed_later
+                           else ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding"))
 
     @contextmanager
     def _read(self, *, generic_plans: bool = False) -> Iterator[Connection]:
@@ -83,7 +86,9 @@ class Reader:
         if self._bumper is not None:
             self._bumper.add(((h.type, h.id) for h in hits), recent=recent)
 
-    def _vector(self, query: str) -> Future[str]:
+    def _vector(self, query: str) -> _PendingVector | Future[str]:
+        if self._embed_later is not None:
+            return _PendingVector(self._embed_later(query))
         return self._embedding.submit(lambda: to_pgvector(self._embed(query)))
 
     def search(self, *, tenant_id: str, visibility: Visibility, query: str, types: Sequence[str], mode: str,
@@ -173,6 +178,18 @@ class Reader:
         with self._read() as conn:
             rows = conn.execute(query.order_by(memory_events.c.id).limit(limit)).mappings().all()
         return [{k: v for k, v in r.items() if k != "tenant_id"} for r in rows]
+
+
+class _PendingVector:
+    """A query's embedding on its way, as the pgvector text the candidate SQL binds (made on the read's thread)."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: Future[np.ndarray]) -> None:
+        self._future = future
+
+    def result(self) -> str:
+        return to_pgvector(self._future.result())
 
 
 def _about_scope(scope: str) -> ColumnElement[bool]:

@@ -25,7 +25,7 @@ Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, m
 
 async def _in_transaction(call: Call, fn: Callable[[Connection], dict[str, Any]]) -> dict[str, Any]:
     """One transaction in a worker thread; a classified refusal (not found, pending, ...) rolls it back."""
-    engine = call.services.engine
+    engine = call.services.write_engine
 
     def work() -> dict[str, Any]:
         with unit_of_work(engine) as conn:

@@ -1,7 +1,11 @@
 """The front's process-wide resources, made once at start (lifespan) and shared by every call.
 
-Engine, Reader, the embedding model (loaded at start so the first call is fast), the token counter, the
-reference bumper and the broker publisher. Also the per-tool request metrics that /metrics exports.
+Engines, Reader, the query embedding thread (model loaded at start so the first call is fast), the token counter,
+the reference bumper and the broker publisher. Also the per-tool request metrics that /metrics exports.
+
+Reads and writes never share a queue: accepts run on their own threads and their own connection pool, so a read
+backlog cannot push an accept past its deadline. Reads are admitted against a bounded queue; one that finds it
+full answers ``degraded`` at once (fail open) rather than timing out late.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, TimeoutError as Poo
 from shared import db
 from shared.config import Settings
 from shared.errors import ButlerError, IntegrityViolation, Unavailable
+from shared.query_batcher import QueryBatcher
 from shared.reads import Reader
 from shared.references import ReferenceBumper
 from shared.tenancy import Principal, ensure_tenant
@@ -28,10 +33,14 @@ from shared.tenancy import Principal, ensure_tenant
 log = logging.getLogger("memory_butler.api")
 
 T = TypeVar("T")
-# Connections per front: 8 pooled + 16 overflow. Threads doing DB work are capped at the same 24, so a burst
+# Read connections per front: 8 pooled + 16 overflow. Threads doing reads are capped at the same 24, so a burst
 # waits for a thread (bounded by the call's deadline) instead of queueing on the pool.
 POOL_SIZE = 8
 DB_THREADS = 24
+# Accepts: their own 4 pooled + 8 overflow connections and 12 threads. An accept is one short INSERT transaction
+# (~1 ms of database time), so 12 in flight carry far more than a front's 500 accepts/s.
+WRITE_POOL_SIZE = 4
+WRITE_THREADS = 12
 CONNECT_TIMEOUT_S = 2
 
 
@@ -42,22 +51,32 @@ class Services:
     settings: Settings
     database_url: str
     stdio_principal: Principal | None = None   # the caller when serving stdio (no tokens there)
-    engine: Engine | None = None
+    engine: Engine | None = None                # reads (and the dashboard, auth, health)
+    write_engine: Engine | None = None          # accepts and feedback writes only
     reader: Reader | None = None
     bumper: ReferenceBumper | None = None
     publisher: Any = None                       # memory_workers.enqueue.Publisher
     limiter: anyio.CapacityLimiter | None = None
+    write_limiter: anyio.CapacityLimiter | None = None
+    batcher: QueryBatcher | None = None
     metrics: ToolMetrics = field(default_factory=lambda: ToolMetrics())
+    reads_in_flight: int = 0                    # admitted reads, waiting or running (touched on the event loop only)
 
     def open(self) -> None:
         """Create every resource (blocking: loads the model); called once per process."""
         from shared.embedding import get_query_embedder, get_token_counter
 
         self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S)
+        self.write_engine = db.make_engine(self.database_url, pool_size=WRITE_POOL_SIZE,
+                                           connect_timeout_s=CONNECT_TIMEOUT_S)
         embedder = get_query_embedder()
+        cfg = self.settings.embedding
+        self.batcher = QueryBatcher(embedder.embed, version=embedder.version.revision,
+                                    max_wait_s=cfg.query_batch_wait_ms / 1000, cache_ttl_s=cfg.query_cache_ttl_s)
         self.bumper = ReferenceBumper(self.engine)
-        self.reader = Reader(engine=self.engine, settings=self.settings, embed=embedder.embed_one,
-                             count_tokens=get_token_counter().count_many, bumper=self.bumper)
+        self.reader = Reader(engine=self.engine, settings=self.settings, embed=self.batcher.embed_one,
+                             count_tokens=get_token_counter().count_many, bumper=self.bumper,
+                             embed_later=self.batcher.submit)
         self.publisher = _publisher(self.settings)
         if self.stdio_principal is not None:
             with db.unit_of_work(self.engine) as conn:
@@ -71,30 +90,53 @@ class Services:
                     closer()
                 except Exception:  # noqa: BLE001 - shutting down: log and go on closing the rest
                     log.warning("closing a front resource failed", exc_info=True)
-        if self.engine is not None:
-            self.engine.dispose()
+        if self.batcher is not None:
+            self.batcher.close()
+        for engine in (self.engine, self.write_engine):
+            if engine is not None:
+                engine.dispose()
 
     @asynccontextmanager
     async def lifespan(self, _server: Any) -> AsyncIterator[Services]:
         """The MCP server's lifespan: open at start, close at stop; yields itself as the lifespan context."""
         self.limiter = anyio.CapacityLimiter(DB_THREADS)
+        self.write_limiter = anyio.CapacityLimiter(WRITE_THREADS)
         await anyio.to_thread.run_sync(self.open)
         try:
             yield self
         finally:
             await anyio.to_thread.run_sync(self.close)
 
-    async def in_thread(self, fn: Callable[[], T], *, deadline: float, late: str = "") -> T:
+    async def in_thread(self, fn: Callable[[], T], *, deadline: float, late: str = "",
+                        limiter: anyio.CapacityLimiter | None = None) -> T:
         """Blocking work in a worker thread, abandoned after ``deadline`` seconds: a caller never hangs.
 
         ``late`` is added to the Unavailable message when the deadline passes (what the caller should know).
+        ``limiter``: whose threads (default: the reads').
         """
         assert self.limiter is not None, "Services.lifespan has not run"
         try:
             with anyio.fail_after(deadline):
-                return await anyio.to_thread.run_sync(_classified(fn), abandon_on_cancel=True, limiter=self.limiter)
+                return await anyio.to_thread.run_sync(_classified(fn), abandon_on_cancel=True,
+                                                      limiter=limiter or self.limiter)
         except TimeoutError:
             raise Unavailable(f"database did not answer within {deadline:.1f}s{late}") from None
+
+    async def read(self, fn: Callable[[], T], *, deadline: float) -> T:
+        """A read, admitted if fewer than the read threads + ``api.read_queue`` are in flight, else Unavailable at
+        once: a read that would wait behind a full queue answers degraded now instead of timing out later."""
+        capacity = DB_THREADS + self.settings.api.read_queue
+        if self.reads_in_flight >= capacity:
+            raise Unavailable(f"front saturated: {self.reads_in_flight} reads in flight (at most {capacity})")
+        self.reads_in_flight += 1
+        try:
+            return await self.in_thread(fn, deadline=deadline)
+        finally:
+            self.reads_in_flight -= 1
+
+    async def write(self, fn: Callable[[], T], *, deadline: float, late: str = "") -> T:
+        """An accept or feedback write on the writes' own threads (their connections: ``write_engine``)."""
+        return await self.in_thread(fn, deadline=deadline, late=late, limiter=self.write_limiter)
 
 
 def _publisher(settings: Settings) -> Any:

@@ -40,7 +40,7 @@ def _check_size(call: Call, field: str, value: str) -> None:
 
 async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> list[Accepted]:
     """Durably accept ``writes`` in one transaction, then wake each shard's worker (never waiting on the broker)."""
-    engine = call.services.engine
+    engine = call.services.write_engine
 
     def work() -> list[Accepted]:
         for attempt in (1, 2):
