@@ -81,13 +81,16 @@ def ensure_database(admin_url: str, name: str) -> None:
         engine.dispose()
 
 
-def make_engine(url: str, *, pool_size: int = 5, connect_timeout_s: int = 3) -> Engine:
-    """An engine with a bounded connect time; made once per process (see :func:`engine_for`)."""
+def make_engine(url: str, *, pool_size: int = 5, connect_timeout_s: int = 3, pre_ping: bool = True) -> Engine:
+    """An engine with a bounded connect time; made once per process (see :func:`engine_for`).
+
+    ``pre_ping=False`` saves a round trip per checkout, for callers that fail open anyway: a connection found
+    dead fails its statement, and the pool then replaces every connection older than it."""
     return create_engine(
         normalise_url(url),
         pool_size=pool_size,
         max_overflow=pool_size * 2,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         pool_timeout=5,
         connect_args={"connect_timeout": connect_timeout_s, "application_name": "memory-butler"},
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from typing import Any
 
@@ -63,13 +63,21 @@ class Reader:
     @contextmanager
     def _read(self, *, generic_plans: bool = False) -> Iterator[Connection]:
         """A read-only transaction with a statement timeout; DB trouble becomes Unavailable."""
+        settings = candidates.read_settings(pool=self.retrieval.candidate_pool,
+                                            timeout_ms=self.retrieval.read_timeout_ms, generic_plans=generic_plans)
         try:
-            # One snapshot for the whole read: a row and the intent that precedes it are seen consistently.
-            with self.engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
-                conn.execute(text(candidates.read_settings(pool=self.retrieval.candidate_pool,
-                                                           timeout_ms=self.retrieval.read_timeout_ms,
-                                                           generic_plans=generic_plans)))
-                yield conn
+            # One snapshot for the whole read: a row and the intent that precedes it are seen consistently. The
+            # transaction is opened by hand so BEGIN and the read's settings travel in one round trip (the driver
+            # would send its BEGIN alone first).
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(text(f"BEGIN ISOLATION LEVEL REPEATABLE READ; {settings}"))
+                try:
+                    yield conn
+                except BaseException:
+                    with suppress(DBAPIError):
+                        conn.execute(text("ROLLBACK"))
+                    raise
+                conn.execute(text("COMMIT"))
         except (DBAPIError, PoolTimeout) as exc:
             if sqlstate(exc) == QUERY_CANCELED:
                 raise Unavailable("database too slow: statement timeout") from exc

@@ -66,7 +66,10 @@ class Services:
         """Create every resource (blocking: loads the model); called once per process."""
         from shared.embedding import get_query_embedder, get_token_counter
 
-        self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S)
+        # Reads fail open, so their connections are not pinged on checkout (a round trip per read): a dead one
+        # degrades one read and the pool replaces it. Accepts keep the ping: they should not fail for a stale one.
+        self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S,
+                                     pre_ping=False)
         self.write_engine = db.make_engine(self.database_url, pool_size=WRITE_POOL_SIZE,
                                            connect_timeout_s=CONNECT_TIMEOUT_S)
         embedder = get_query_embedder()
