@@ -251,6 +251,8 @@ class ApiSettings(_Section):
     # Reads a front admits beyond the 24 it runs at once; one more answers degraded at once (fail open) instead
     # of waiting past its deadline. Accepts are not counted: they have their own threads and connections.
     read_queue: int = Field(48, ge=0, le=10_000)
+    # Front processes `serve` starts (uvicorn workers; the front is stateless): 0 = one per two available cores.
+    workers: int = Field(0, ge=0, le=64)
 
 
 class Settings(BaseSettings):
