@@ -178,7 +178,7 @@ def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
                 text = shared_stats.prometheus_text(rows)
                 return text + shared_stats.maintenance_text(shared_stats.last_maintenance_runs(conn)) if fleet else text
 
-        text = services.metrics.prometheus_text() + _publisher_text(services)
+        text = services.metrics.prometheus_text() + _publisher_text(services) + _batcher_text(services)
         try:
             text += await services.in_thread(gauges, deadline=HEALTH_DEADLINE_S) + _up(1)
         except Unavailable:
@@ -201,6 +201,20 @@ def _publisher_text(services: Services) -> str:
              "# TYPE memory_butler_wakeups gauge"]
     lines += [f'memory_butler_wakeups{{result="{k}"}} {v}' for k, v in sorted(snapshot().items())]
     return "\n".join(lines) + "\n"
+
+
+def _batcher_text(services: Services) -> str:
+    """The query micro-batcher's model calls and the texts they embedded (texts / calls = the mean batch)."""
+    batcher = services.batcher
+    if batcher is None:
+        return ""
+    return ("# HELP memory_butler_query_embedding_batches_total Model calls of this front's query embedding thread.\n"
+            "# TYPE memory_butler_query_embedding_batches_total counter\n"
+            f"memory_butler_query_embedding_batches_total {batcher.batches}\n"
+            "# HELP memory_butler_query_embedding_texts_total Query texts those calls embedded (cache hits and "
+            "identical texts excluded).\n"
+            "# TYPE memory_butler_query_embedding_texts_total counter\n"
+            f"memory_butler_query_embedding_texts_total {batcher.embedded}\n")
 
 
 def build_app(settings: Settings, *, database_url: str | None = None, token_ttl: float = TOKEN_TTL_S) -> Starlette:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from sqlalchemy import Engine, text
 
@@ -75,6 +76,10 @@ def test_concurrent_reads_each_get_their_own_answers(front: Front, worker: None,
             assert ids[topic] == body["included"]["facts"][0], (topic, body["included"])
     # and the 24 reads' query embeddings came from the front's micro-batcher, each distinct question embedded once
     assert batcher.embedded - embedded_before == len(TOPICS)
+    # which /metrics reports (model calls and texts embedded)
+    metrics = httpx.get(f"{front.base}/metrics", headers={"Authorization": f"Bearer {admin.token}"}, timeout=10).text
+    assert f"memory_butler_query_embedding_texts_total {batcher.embedded}" in metrics
+    assert f"memory_butler_query_embedding_batches_total {batcher.batches}" in metrics
 
 
 @pytest.fixture()
