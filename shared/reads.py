@@ -191,13 +191,16 @@ class Reader:
 class _PendingVector:
     """A query's embedding on its way, as the pgvector text the candidate SQL binds (made on the read's thread)."""
 
-    __slots__ = ("_future",)
+    __slots__ = ("_future", "_text")
 
     def __init__(self, future: Future[np.ndarray]) -> None:
         self._future = future
+        self._text: str | None = None
 
     def result(self) -> str:
-        return to_pgvector(self._future.result())
+        if self._text is None:
+            self._text = to_pgvector(self._future.result())
+        return self._text
 
 
 def _about_scope(scope: str) -> ColumnElement[bool]:
