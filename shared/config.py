@@ -248,9 +248,14 @@ class ApiSettings(_Section):
     port: int = Field(8150, ge=1, le=65535)
     max_batch: int = Field(500, ge=1, le=10_000)
     max_content_chars: int = Field(20_000, ge=100)
-    # Reads a front admits beyond the 24 it runs at once; one more answers degraded at once (fail open) instead
-    # of waiting past its deadline. Accepts are not counted: they have their own threads and connections.
+    # Reads a front process admits beyond the read_threads it runs at once; one more answers degraded at once
+    # (fail open) instead of waiting past its deadline. Accepts are not counted: they have their own threads.
     read_queue: int = Field(48, ge=0, le=10_000)
+    # Reads a front process runs at once (threads); the rest wait in the read queue, holding no thread and no GIL.
+    # Few: a read mostly waits (database, embedding), and every runnable read thread takes CPU and GIL turns from
+    # the accepts (measured on 2 cores, 40 context readers + 20 accepts/s: accept p50 150-270 ms with 4 threads,
+    # 420 with 6, 500-560 with 8, 660-950 with 24, at the same read rate; docs/capacity.md).
+    read_threads: int = Field(4, ge=1, le=24)
     # Front processes `serve` starts (uvicorn workers; the front is stateless): 0 = one per two available cores.
     workers: int = Field(0, ge=0, le=64)
 

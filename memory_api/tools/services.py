@@ -33,8 +33,9 @@ from shared.tenancy import Principal, ensure_tenant
 log = logging.getLogger("memory_butler.api")
 
 T = TypeVar("T")
-# Read connections per front: 8 pooled + 16 overflow. Threads doing reads are capped at the same 24, so a burst
-# waits for a thread (bounded by the call's deadline) instead of queueing on the pool.
+# Connections per front for reads, auth, health and the dashboard: 8 pooled + 16 overflow. Threads doing that work
+# are capped at the same 24, so a burst waits for a thread (bounded by the call's deadline), not on the pool.
+# Memory reads are further capped at api.read_threads running, api.read_queue waiting (Services.read).
 POOL_SIZE = 8
 DB_THREADS = 24
 # Accepts: their own 4 pooled + 8 overflow connections and 12 threads. An accept is one short INSERT transaction
@@ -58,6 +59,7 @@ class Services:
     publisher: Any = None                       # memory_workers.enqueue.Publisher
     limiter: anyio.CapacityLimiter | None = None
     write_limiter: anyio.CapacityLimiter | None = None
+    read_limiter: anyio.CapacityLimiter | None = None
     batcher: QueryBatcher | None = None
     metrics: ToolMetrics = field(default_factory=lambda: ToolMetrics())
     reads_in_flight: int = 0                    # admitted reads, waiting or running (touched on the event loop only)
@@ -104,6 +106,7 @@ class Services:
         """The MCP server's lifespan: open at start, close at stop; yields itself as the lifespan context."""
         self.limiter = anyio.CapacityLimiter(DB_THREADS)
         self.write_limiter = anyio.CapacityLimiter(WRITE_THREADS)
+        self.read_limiter = anyio.CapacityLimiter(self.settings.api.read_threads)
         await anyio.to_thread.run_sync(self.open)
         try:
             yield self
@@ -126,14 +129,14 @@ class Services:
             raise Unavailable(f"database did not answer within {deadline:.1f}s{late}") from None
 
     async def read(self, fn: Callable[[], T], *, deadline: float) -> T:
-        """A read, admitted if fewer than the read threads + ``api.read_queue`` are in flight, else Unavailable at
-        once: a read that would wait behind a full queue answers degraded now instead of timing out later."""
-        capacity = DB_THREADS + self.settings.api.read_queue
+        """A read, admitted if fewer than ``api.read_threads`` + ``api.read_queue`` are in flight, else Unavailable
+        at once: a read that would wait behind a full queue answers degraded now instead of timing out later."""
+        capacity = self.settings.api.read_threads + self.settings.api.read_queue
         if self.reads_in_flight >= capacity:
             raise Unavailable(f"front saturated: {self.reads_in_flight} reads in flight (at most {capacity})")
         self.reads_in_flight += 1
         try:
-            return await self.in_thread(fn, deadline=deadline)
+            return await self.in_thread(fn, deadline=deadline, limiter=self.read_limiter)
         finally:
             self.reads_in_flight -= 1
 

@@ -84,11 +84,12 @@ def test_concurrent_reads_each_get_their_own_answers(front: Front, worker: None,
 
 @pytest.fixture()
 def slow_front(api_settings: Settings) -> Iterator[Front]:
-    """A front whose reads may wait 4 s in the database and that admits 2 reads beyond its 24 read threads."""
+    """A front whose reads may wait 4 s in the database, running 24 at once (as many threads as the front has for
+    all its database work) and admitting 2 more."""
     settings = api_settings.model_copy(update={
         "memory": api_settings.memory.model_copy(update={"retrieval": api_settings.memory.retrieval.model_copy(
             update={"read_timeout_ms": 4000})}),
-        "api": api_settings.api.model_copy(update={"read_queue": 2})})
+        "api": api_settings.api.model_copy(update={"read_threads": 24, "read_queue": 2})})
     with Front(settings) as running:
         yield running
 
