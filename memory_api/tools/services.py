@@ -52,7 +52,8 @@ class Services:
     settings: Settings
     database_url: str
     stdio_principal: Principal | None = None   # the caller when serving stdio (no tokens there)
-    engine: Engine | None = None                # reads (and the dashboard, auth, health)
+    engine: Engine | None = None                # auth, health, metrics, the dashboard, reference bumps
+    read_engine: Engine | None = None           # memory reads (Reader) only
     write_engine: Engine | None = None          # accepts and feedback writes only
     reader: Reader | None = None
     bumper: ReferenceBumper | None = None
@@ -68,10 +69,11 @@ class Services:
         """Create every resource (blocking: loads the model); called once per process."""
         from shared.embedding import get_query_embedder, get_token_counter
 
-        # Reads fail open, so their connections are not pinged on checkout (a round trip per read): a dead one
-        # degrades one read and the pool replaces it. Accepts keep the ping: they should not fail for a stale one.
-        self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S,
-                                     pre_ping=False)
+        self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S)
+        # Memory reads fail open, so their connections are not pinged on checkout (a round trip per read): a dead
+        # one degrades one read and the pool replaces it. Everything else keeps the ping.
+        self.read_engine = db.make_engine(self.database_url, pool_size=self.settings.api.read_threads,
+                                          connect_timeout_s=CONNECT_TIMEOUT_S, pre_ping=False)
         self.write_engine = db.make_engine(self.database_url, pool_size=WRITE_POOL_SIZE,
                                            connect_timeout_s=CONNECT_TIMEOUT_S)
         embedder = get_query_embedder()
@@ -79,7 +81,7 @@ class Services:
         self.batcher = QueryBatcher(embedder.embed, version=embedder.version.revision,
                                     max_wait_s=cfg.query_batch_wait_ms / 1000, cache_ttl_s=cfg.query_cache_ttl_s)
         self.bumper = ReferenceBumper(self.engine)
-        self.reader = Reader(engine=self.engine, settings=self.settings, embed=self.batcher.embed_one,
+        self.reader = Reader(engine=self.read_engine, settings=self.settings, embed=self.batcher.embed_one,
                              count_tokens=get_token_counter().count_many, bumper=self.bumper,
                              embed_later=self.batcher.submit)
         self.publisher = _publisher(self.settings)
@@ -97,7 +99,7 @@ class Services:
                     log.warning("closing a front resource failed", exc_info=True)
         if self.batcher is not None:
             self.batcher.close()
-        for engine in (self.engine, self.write_engine):
+        for engine in (self.engine, self.read_engine, self.write_engine):
             if engine is not None:
                 engine.dispose()
 
