@@ -125,17 +125,18 @@ def _thread_cpu_s(thread: threading.Thread) -> float:
 
 
 def test_the_thread_blocks_while_it_gathers_and_while_idle() -> None:
-    # given a batcher that waits up to 300 ms for a batch to fill
+    # given a batcher that waits up to 500 ms for a batch to fill
     model = GatedModel()
     model.release.set()
-    batcher = QueryBatcher(model, version="v1", max_wait_s=0.3)
+    batcher = QueryBatcher(model, version="v1", max_wait_s=0.5)
     thread = batcher._thread
     try:
         before = _thread_cpu_s(thread)
         # when one read comes alone, it is answered after the gathering window
         batcher.submit("alone").result(5)
-        # then the thread spent (almost) no CPU in that window: it waited on the queue, it did not spin
-        assert _thread_cpu_s(thread) - before < 0.1
+        # then the thread spent (almost) no CPU in that window: it waited on the queue, it did not spin (a spinning
+        # thread would burn most of the 500 ms even on a busy machine)
+        assert _thread_cpu_s(thread) - before < 0.02
         # and idle, it is parked in the queue's blocking get
         def parked() -> bool:
             frame = sys._current_frames()[thread.ident]
