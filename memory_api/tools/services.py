@@ -120,7 +120,7 @@ class Services:
         """Blocking work in a worker thread, abandoned after ``deadline`` seconds: a caller never hangs.
 
         ``late`` is added to the Unavailable message when the deadline passes (what the caller should know).
-        ``limiter``: whose threads (default: the reads').
+        ``limiter``: whose threads (default: the shared ones of auth, health, metrics and the dashboard).
         """
         assert self.limiter is not None, "Services.lifespan has not run"
         try:
