@@ -234,6 +234,9 @@ def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
             except Unavailable:
                 log.warning("queue depths not read: the broker did not answer")
         families += telemetry.front_families(database_up=up, pool_checked_out=engine.pool.checkedout())
+        if services.batcher is not None:
+            families += telemetry.query_batcher_families(batches=services.batcher.batches,
+                                                         texts=services.batcher.embedded)
         if fleet:  # replicas are the fleet's, not a tenant's
             families += telemetry.replica_families(services.plane.statuses() if services.plane else [])
         return Response(body + telemetry.scrape_text(families), media_type=telemetry.CONTENT_TYPE)

@@ -254,9 +254,15 @@ class EmbeddingSettings(_Section):
     # One thread per process for batches (workers, backfills): two processes with two threads each halve total
     # throughput on 2 cores.
     threads: int = Field(1, ge=1, le=64)
-    # Threads for one query's embedding on the read path (the front embeds one short query at a time, on the
-    # read's critical path; the threads stop spinning when it returns). Set 1 on a 1-core machine.
-    query_threads: int = Field(2, ge=1, le=64)
+    # Threads for the front's query embeddings (one model call per micro-batch, see shared.query_batcher). One:
+    # a second thread spins while it waits for work, ~2x the CPU per query (measured on 2 cores: 4.9 vs 10.0 ms
+    # for a single query, 2.7 vs 5.1 ms per query in batches of 8) for ~4 ms less latency on an idle machine.
+    query_threads: int = Field(1, ge=1, le=64)
+    # The front's concurrent reads share one model call per batch: the embedding thread waits at most this long
+    # for more queries after the first (0 = embed what is queued right away). See shared.query_batcher.
+    query_batch_wait_ms: float = Field(1.0, ge=0, le=50)
+    # How long an identical query text reuses its embedding (an LRU of 1024 texts per front; 0 = no reuse).
+    query_cache_ttl_s: float = Field(60.0, ge=0, le=86_400)
     mkldnn: bool = False
 
 
@@ -275,6 +281,16 @@ class ApiSettings(_Section):
     port: int = Field(8150, ge=1, le=65535)
     max_batch: int = Field(500, ge=1, le=10_000)
     max_content_chars: int = Field(20_000, ge=100)
+    # Reads a front process admits beyond the read_threads it runs at once; one more answers degraded at once
+    # (fail open) instead of waiting past its deadline. Accepts are not counted: they have their own threads.
+    read_queue: int = Field(48, ge=0, le=10_000)
+    # Reads a front process runs at once (threads); the rest wait in the read queue, holding no thread and no GIL.
+    # Few: a read mostly waits (database, embedding), and every runnable read thread takes CPU and GIL turns from
+    # the accepts (measured on 2 cores, 40 context readers + 20 accepts/s: accept p50 150-270 ms with 4 threads,
+    # 420 with 6, 500-560 with 8, 660-950 with 24, at the same read rate; docs/capacity.md).
+    read_threads: int = Field(4, ge=1, le=24)
+    # Front processes `serve` starts (uvicorn workers; the front is stateless): 0 = one per two available cores.
+    workers: int = Field(0, ge=0, le=64)
     # memory_context_batch's total work: at most this many blocks, this many tokens of budget summed over them,
     # and this long in all (blocks not built by then come back empty and degraded, never late).
     context_batch_max_requests: int = Field(64, ge=1, le=10_000)

@@ -97,14 +97,17 @@ def dead_client_settings(timeout_s: float) -> dict[str, str]:
 
 
 def make_engine(url: str, *, pool_size: int = 5, connect_timeout_s: int = 3, max_overflow: int | None = None,
-                dead_client_timeout_s: float = DEAD_CLIENT_TIMEOUT_S) -> Engine:
+                dead_client_timeout_s: float = DEAD_CLIENT_TIMEOUT_S, pre_ping: bool = True) -> Engine:
     """An engine with a bounded connect time whose sessions end when their client vanishes; made once per process
-    (see :func:`engine_for`)."""
+    (see :func:`engine_for`).
+
+    ``pre_ping=False`` saves a round trip per checkout, for callers that fail open anyway: a connection found
+    dead fails its statement, and the pool then replaces every connection older than it."""
     engine = create_engine(
         normalise_url(url),
         pool_size=pool_size,
         max_overflow=pool_size * 2 if max_overflow is None else max_overflow,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         pool_timeout=5,
         connect_args={"connect_timeout": connect_timeout_s, "application_name": "memory-butler"},
     )

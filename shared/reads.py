@@ -10,7 +10,7 @@ import copy
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from typing import Any
 
@@ -39,6 +39,7 @@ from shared.writes import Visibility, load_visible
 
 QUERY_CANCELED = "57014"  # SQLSTATE of a statement cancelled by statement_timeout
 EmbedQuery = Callable[[str], np.ndarray]
+EmbedLater = Callable[[str], Future[np.ndarray]]  # e.g. shared.query_batcher.QueryBatcher.submit
 CountTokens = Callable[[Sequence[str]], list[int]]
 
 
@@ -53,7 +54,8 @@ class Reader:
     ``engine`` (the primary). :meth:`after` gives a Reader whose reads must see a given WAL position."""
 
     def __init__(self, *, engine: Engine, settings: Settings, embed: EmbedQuery, count_tokens: CountTokens,
-                 bumper: ReferenceBumper | None = None, plane: ReadPlane | None = None) -> None:
+                 bumper: ReferenceBumper | None = None, plane: ReadPlane | None = None,
+                 embed_later: EmbedLater | None = None) -> None:
         self.engine = engine
         self.plane = plane or ReadPlane(primary=engine)
         self._floor: int | None = None
@@ -62,9 +64,11 @@ class Reader:
         self._embed = embed
         self._count = count_tokens
         self._bumper = bumper
-        # The query is embedded on this thread while the read's own thread opens its transaction (and, for
-        # memory_context, fetches the recent episodes).
-        self._embedding = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding")
+        # The query is embedded on another thread while the read's own thread opens its transaction (and, for
+        # memory_context, fetches the recent episodes): ``embed_later``'s (the front's micro-batcher), else this.
+        self._embed_later = embed_later
+        self._embedding = (None if embed_later
+                           else ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding"))
 
     def after(self, floor: int | None) -> Reader:
         """This Reader, reading only where WAL position ``floor`` is replayed (None: this Reader itself)."""
@@ -77,14 +81,21 @@ class Reader:
     @contextmanager
     def _read(self, *, generic_plans: bool = False) -> Iterator[Connection]:
         """A read-only transaction with a statement timeout; DB trouble becomes Unavailable."""
+        settings = candidates.read_settings(pool=self.retrieval.candidate_pool,
+                                            timeout_ms=self.retrieval.read_timeout_ms, generic_plans=generic_plans)
         try:
-            # One snapshot for the whole read: a row and the intent that precedes it are seen consistently.
-            connection = self.plane.connect(floor=self._floor)
-            with connection.execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
-                conn.execute(text(candidates.read_settings(pool=self.retrieval.candidate_pool,
-                                                           timeout_ms=self.retrieval.read_timeout_ms,
-                                                           generic_plans=generic_plans)))
-                yield conn
+            # One snapshot for the whole read: a row and the intent that precedes it are seen consistently. The
+            # transaction is opened by hand so BEGIN and the read's settings travel in one round trip (the driver
+            # would send its BEGIN alone first). The connection is a replica's or the primary's (self.plane).
+            with self.plane.connect(floor=self._floor).execution_options(isolation_level="AUTOCOMMIT") as conn:
+                conn.execute(text(f"BEGIN ISOLATION LEVEL REPEATABLE READ; {settings}"))
+                try:
+                    yield conn
+                except BaseException:
+                    with suppress(DBAPIError):
+                        conn.execute(text("ROLLBACK"))
+                    raise
+                conn.execute(text("COMMIT"))
         except (DBAPIError, PoolTimeout) as exc:
             if sqlstate(exc) == QUERY_CANCELED:
                 raise Unavailable("database too slow: statement timeout") from exc
@@ -101,7 +112,9 @@ class Reader:
         if self._bumper is not None:
             self._bumper.add(((h.type, h.id) for h in hits), recent=recent)
 
-    def _vector(self, query: str) -> Future[str]:
+    def _vector(self, query: str) -> _PendingVector | Future[str]:
+        if self._embed_later is not None:
+            return _PendingVector(self._embed_later(query))
         return self._embedding.submit(lambda: to_pgvector(self._embed(query)))
 
     def search(self, *, tenant_id: str, visibility: Visibility, query: str, types: Sequence[str], mode: str,
@@ -210,6 +223,21 @@ class Reader:
         with self._read() as conn:
             rows = conn.execute(query.order_by(memory_events.c.id).limit(limit)).mappings().all()
         return [{k: v for k, v in r.items() if k != "tenant_id"} for r in rows]
+
+
+class _PendingVector:
+    """A query's embedding on its way, as the pgvector text the candidate SQL binds (made on the read's thread)."""
+
+    __slots__ = ("_future", "_text")
+
+    def __init__(self, future: Future[np.ndarray]) -> None:
+        self._future = future
+        self._text: str | None = None
+
+    def result(self) -> str:
+        if self._text is None:
+            self._text = to_pgvector(self._future.result())
+        return self._text
 
 
 def _about_scope(scope: str) -> ColumnElement[bool]:

@@ -48,7 +48,7 @@ def enable_multiprocess(directory: Path) -> None:
 from prometheus_client import (  # noqa: E402
     CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily  # noqa: E402
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: E402
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4  # noqa: E402
 from prometheus_client.registry import REGISTRY, Collector  # noqa: E402
 
@@ -215,6 +215,17 @@ def front_families(*, database_up: bool, pool_checked_out: int | None) -> list[G
         held.add_metric([], pool_checked_out)
         out.append(held)
     return out
+
+
+def query_batcher_families(*, batches: int, texts: int) -> list[Any]:
+    """The front's query micro-batcher: model calls and the texts they embedded (texts / batches = mean batch)."""
+    calls = CounterMetricFamily("memory_butler_query_embedding_batches", "Model calls of this front's query "
+                                "embedding thread.")
+    calls.add_metric([], batches)
+    embedded = CounterMetricFamily("memory_butler_query_embedding_texts", "Query texts those calls embedded (cache "
+                                   "hits and identical texts excluded).")
+    embedded.add_metric([], texts)
+    return [calls, embedded]
 
 
 def replica_families(statuses: Sequence[Any]) -> list[GaugeMetricFamily]:

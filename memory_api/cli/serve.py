@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import os
+from pathlib import Path
 
 from memory_api.cli.stack import add_data_dir_option, resolve_database_url, settings_for
 from shared import db
@@ -37,13 +40,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from memory_api.server import build_app
 
     host, port = args.host or settings.api.host, args.port or settings.api.port
-    if args.workers > 1:
+    workers = args.workers or settings.api.workers or front_workers(available_cores())
+    log.info("front processes", extra={"workers": workers, "cores": available_cores()})
+    if workers > 1:
         # Several processes need an import string; each re-reads the settings, so hand them over in the env.
-        import os
-
         os.environ.update({"DATABASE_URL": url, "MEMORY_BUTLER_API__HOST": host,
                            "MEMORY_BUTLER_DATA_DIR": str(settings.data_dir)})
-        uvicorn.run("memory_api.cli.serve:app_factory", factory=True, host=host, port=port, workers=args.workers,
+        uvicorn.run("memory_api.cli.serve:app_factory", factory=True, host=host, port=port, workers=workers,
                     log_config=None, lifespan="on", access_log=False)
         return 0
     settings = settings.model_copy(update={"api": settings.api.model_copy(update={"host": host, "port": port})})
@@ -51,6 +54,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # No access log: every tool call logs one structured line (and refused tokens log too).
     uvicorn.run(build_app(settings), host=host, port=port, log_config=None, lifespan="on", access_log=False)
     return 0
+
+
+def available_cores() -> int:
+    """Cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (a container's --cpus)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def front_workers(cores: int) -> int:
+    """Front processes for ``cores``: one per two cores (the front shares the box with its query embeddings'
+    thread, PostgreSQL and a worker; measured on 2 cores, docs/capacity.md), at least one, at most eight."""
+    return max(1, min(8, cores // 2))
 
 
 def app_factory():  # noqa: ANN201 - a Starlette app, for uvicorn --workers
@@ -67,5 +88,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", help="interface to listen on (default: api.host = 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default: api.port = 8150)")
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead of HTTP")
-    parser.add_argument("--workers", type=int, default=1, help="HTTP worker processes (default 1)")
+    parser.add_argument("--workers", type=int, default=0, help=(
+        "front processes (default: api.workers, or 0 = one per two available cores, docs/capacity.md)"))
     parser.set_defaults(func=cmd_serve)

@@ -34,7 +34,7 @@ async def _in_transaction(call: Call, about: uuid.UUID, fn: Callable[[Connection
     ``receipt`` (an idempotency key) a replay answers the first call's stored result and changes nothing.
 
     Done at once, so this caller's next reads (and any read of ``about``) see it, on a replica or the primary."""
-    engine = call.services.engine
+    engine = call.services.write_engine
 
     def work() -> dict[str, Any]:
         with unit_of_work(engine) as conn:

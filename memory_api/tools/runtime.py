@@ -81,7 +81,7 @@ class Call:
     async def read(self, fn: Callable[[], T]) -> T:
         """Run a read in a worker thread; Unavailable if the database does not answer within the read bound."""
         deadline = self.services.settings.memory.retrieval.read_timeout_ms / 1000 + READ_GRACE_S
-        return await self.services.in_thread(fn, deadline=deadline)
+        return await self.services.read(fn, deadline=deadline)
 
     async def read_or_degrade(self, fn: Callable[[], T], empty: T) -> tuple[T, str | None]:
         """Reads fail open: on Unavailable the caller gets ``empty`` and the reason, within the read bound."""
@@ -94,8 +94,8 @@ class Call:
             return empty, exc.message
 
     async def write(self, fn: Callable[[], T]) -> T:
-        """Run a write transaction in a worker thread; database trouble becomes Unavailable (nothing accepted)."""
-        return await self.services.in_thread(fn, deadline=WRITE_DEADLINE_S, late=(
+        """Run a write transaction on the writes' threads; database trouble becomes Unavailable (nothing accepted)."""
+        return await self.services.write(fn, deadline=WRITE_DEADLINE_S, late=(
             "; the write may still complete: retry with the same idempotency_key"))
 
 

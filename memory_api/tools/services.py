@@ -1,7 +1,11 @@
 """The front's process-wide resources, made once at start (lifespan) and shared by every call.
 
-Engine, Reader, the embedding model (loaded at start so the first call is fast), the token counter, the
-reference bumper and the broker publisher. (The per-tool request metrics live in shared.telemetry.)
+Engines, Reader, the query embedding thread (model loaded at start so the first call is fast), the token counter,
+the reference bumper and the broker publisher. (The per-tool request metrics live in shared.telemetry.)
+
+Reads and writes never share a queue: accepts run on their own threads and their own connection pool, so a read
+backlog cannot push an accept past its deadline. Reads are admitted against a bounded queue; one that finds it
+full answers ``degraded`` at once (fail open) rather than timing out late.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from memory_api.tools.limits import TokenLimits
 from shared import db
 from shared.config import Settings
 from shared.errors import ButlerError, IntegrityViolation, Unavailable
+from shared.query_batcher import QueryBatcher
 from shared.reads import Reader
 from shared.references import ReferenceBumper
 from shared.replicas import ReadPlane
@@ -28,13 +33,18 @@ from shared.tenancy import Principal, ensure_tenant
 log = logging.getLogger("memory_butler.api")
 
 T = TypeVar("T")
-# Connections per front: 8 pooled + 16 overflow. Threads doing DB work are capped at the same 24, so a burst
-# waits for a thread (bounded by the call's deadline) instead of queueing on the pool.
+# Connections per front for reads, auth, health and the dashboard: 8 pooled + 16 overflow. Threads doing that work
+# are capped at the same 24, so a burst waits for a thread (bounded by the call's deadline), not on the pool.
+# Memory reads are further capped at api.read_threads running, api.read_queue waiting (Services.read).
 POOL_SIZE = 8
 DB_THREADS = 24
 # Token look-ups have threads of their own: a flood of unknown tokens waits here (bounded by the auth deadline)
 # and never takes a thread or a connection from authenticated calls. The pool has room for both.
 AUTH_THREADS = 4
+# Accepts: their own 4 pooled + 8 overflow connections and 12 threads. An accept is one short INSERT transaction
+# (~1 ms of database time), so 12 in flight carry far more than a front's 500 accepts/s.
+WRITE_POOL_SIZE = 4
+WRITE_THREADS = 12
 CONNECT_TIMEOUT_S = 2
 
 
@@ -45,13 +55,19 @@ class Services:
     settings: Settings
     database_url: str
     stdio_principal: Principal | None = None   # the caller when serving stdio (no tokens there)
-    engine: Engine | None = None               # the primary: every write, token checks, the ops gauges
-    plane: ReadPlane | None = None              # where reads go: DATABASE_READ_URL's replicas, else the primary
+    engine: Engine | None = None                # the primary: token checks, health, metrics, the dashboard, bumps
+    read_engine: Engine | None = None           # memory reads on the primary (Reader, when no replica serves)
+    write_engine: Engine | None = None          # accepts and feedback writes only (the primary)
+    plane: ReadPlane | None = None              # where reads go: DATABASE_READ_URL's replicas, else read_engine
     reader: Reader | None = None
     bumper: ReferenceBumper | None = None
     publisher: Any = None                       # memory_workers.enqueue.Publisher
     limiter: anyio.CapacityLimiter | None = None
     auth_limiter: anyio.CapacityLimiter | None = None
+    write_limiter: anyio.CapacityLimiter | None = None
+    read_limiter: anyio.CapacityLimiter | None = None
+    batcher: QueryBatcher | None = None
+    reads_in_flight: int = 0                    # admitted reads, waiting or running (touched on the event loop only)
     token_limits: TokenLimits | None = None
     token_cache: Any = None                     # memory_api.server.TokenCache (a purge evicts its tenant)
 
@@ -63,18 +79,30 @@ class Services:
         """Create every resource (blocking: loads the model); called once per process."""
         from shared.embedding import get_query_embedder, get_token_counter
 
+        dead_client = self.settings.dead_client_timeout_seconds
         self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S,
                                      max_overflow=DB_THREADS + AUTH_THREADS - POOL_SIZE,
-                                     dead_client_timeout_s=self.settings.dead_client_timeout_seconds)
+                                     dead_client_timeout_s=dead_client)
+        # Memory reads fail open, so their connections are not pinged on checkout (a round trip per read): a dead
+        # one degrades one read and the pool replaces it. Everything else keeps the ping.
+        self.read_engine = db.make_engine(self.database_url, pool_size=self.settings.api.read_threads,
+                                          connect_timeout_s=CONNECT_TIMEOUT_S, pre_ping=False,
+                                          dead_client_timeout_s=dead_client)
+        self.write_engine = db.make_engine(self.database_url, pool_size=WRITE_POOL_SIZE,
+                                           connect_timeout_s=CONNECT_TIMEOUT_S, dead_client_timeout_s=dead_client)
         replicas = self.settings.replicas
-        self.plane = ReadPlane(primary=self.engine, replica_urls=self.settings.read_urls,
+        self.plane = ReadPlane(primary=self.read_engine, replica_urls=self.settings.read_urls,
                                max_lag_s=replicas.max_lag_seconds, check_interval_s=replicas.check_interval_seconds,
                                pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S)
         self.plane.start()
         embedder = get_query_embedder()
+        cfg = self.settings.embedding
+        self.batcher = QueryBatcher(embedder.embed, version=embedder.version.revision,
+                                    max_wait_s=cfg.query_batch_wait_ms / 1000, cache_ttl_s=cfg.query_cache_ttl_s)
         self.bumper = ReferenceBumper(self.engine)  # bumps are writes: the primary
-        self.reader = Reader(engine=self.engine, settings=self.settings, embed=embedder.embed_one,
-                             count_tokens=get_token_counter().count_many, bumper=self.bumper, plane=self.plane)
+        self.reader = Reader(engine=self.read_engine, settings=self.settings, embed=self.batcher.embed_one,
+                             count_tokens=get_token_counter().count_many, bumper=self.bumper, plane=self.plane,
+                             embed_later=self.batcher.submit)
         self.publisher = _publisher(self.settings)
         if self.stdio_principal is not None:
             with db.unit_of_work(self.engine) as conn:
@@ -90,14 +118,19 @@ class Services:
                     closer()
                 except Exception:  # noqa: BLE001 - shutting down: log and go on closing the rest
                     log.warning("closing a front resource failed", exc_info=True)
-        if self.engine is not None:
-            self.engine.dispose()
+        if self.batcher is not None:
+            self.batcher.close()
+        for engine in (self.engine, self.read_engine, self.write_engine):
+            if engine is not None:
+                engine.dispose()
 
     @asynccontextmanager
     async def lifespan(self, _server: Any) -> AsyncIterator[Services]:
         """The MCP server's lifespan: open at start, close at stop; yields itself as the lifespan context."""
         self.limiter = anyio.CapacityLimiter(DB_THREADS)
         self.auth_limiter = anyio.CapacityLimiter(AUTH_THREADS)
+        self.write_limiter = anyio.CapacityLimiter(WRITE_THREADS)
+        self.read_limiter = anyio.CapacityLimiter(self.settings.api.read_threads)
         await anyio.to_thread.run_sync(self.open)
         try:
             yield self
@@ -108,8 +141,8 @@ class Services:
                         limiter: anyio.CapacityLimiter | None = None) -> T:
         """Blocking work in a worker thread, abandoned after ``deadline`` seconds: a caller never hangs.
 
-        ``late`` is added to the Unavailable message when the deadline passes (what the caller should know);
-        ``limiter`` the threads to use (default: the tools' own).
+        ``late`` is added to the Unavailable message when the deadline passes (what the caller should know).
+        ``limiter``: whose threads (default: the shared ones of health, metrics and the dashboard).
         """
         assert self.limiter is not None, "Services.lifespan has not run"
         try:
@@ -118,6 +151,22 @@ class Services:
                                                       limiter=limiter or self.limiter)
         except TimeoutError:
             raise Unavailable(f"database did not answer within {deadline:.1f}s{late}") from None
+
+    async def read(self, fn: Callable[[], T], *, deadline: float) -> T:
+        """A read, admitted if fewer than ``api.read_threads`` + ``api.read_queue`` are in flight, else Unavailable
+        at once: a read that would wait behind a full queue answers degraded now instead of timing out later."""
+        capacity = self.settings.api.read_threads + self.settings.api.read_queue
+        if self.reads_in_flight >= capacity:
+            raise Unavailable(f"front saturated: {self.reads_in_flight} reads in flight (at most {capacity})")
+        self.reads_in_flight += 1
+        try:
+            return await self.in_thread(fn, deadline=deadline, limiter=self.read_limiter)
+        finally:
+            self.reads_in_flight -= 1
+
+    async def write(self, fn: Callable[[], T], *, deadline: float, late: str = "") -> T:
+        """An accept or feedback write on the writes' own threads (their connections: ``write_engine``)."""
+        return await self.in_thread(fn, deadline=deadline, late=late, limiter=self.write_limiter)
 
 
 def _publisher(settings: Settings) -> Any:

@@ -41,7 +41,7 @@ def _check_size(call: Call, field: str, value: str) -> None:
 
 async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> list[Accepted]:
     """Durably accept ``writes`` in one transaction, then wake each shard's worker (never waiting on the broker)."""
-    engine = call.services.engine
+    engine = call.services.write_engine
     trace_context = tracing.current_carrier()  # None when tracing is off
 
     def work() -> list[Accepted]:

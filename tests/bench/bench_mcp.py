@@ -52,9 +52,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_front(database_url: str, redis_url: str, port: int) -> subprocess.Popen:
+def start_front(database_url: str, redis_url: str, port: int, workers: int = 1) -> subprocess.Popen:
     env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEMORY_BUTLER_LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", "memory_api", "serve", "--host", "127.0.0.1", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "memory_api", "serve", "--host", "127.0.0.1", "--port", str(port),
+                             "--workers", str(workers)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -132,14 +133,25 @@ async def cpu_per_call(url: str, token: str, front: psutil.Process, qs: list[str
         for tool in CPU_TOOLS:
             for q in qs[:5]:  # warm: plans prepared, token counts cached
                 await call_tool(session, tool, _args(tool, q), timeout_s=30)
-            calls, before = 0, front.cpu_times()
+            calls, before = 0, _cpu_s(front)
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 await call_tool(session, tool, _args(tool, rng.choice(qs)), timeout_s=30)
                 calls += 1
-            after = front.cpu_times()
-            out[tool] = 1000 * ((after.user - before.user) + (after.system - before.system)) / calls
+            out[tool] = 1000 * (_cpu_s(front) - before) / calls
     return out
+
+
+def _cpu_s(front: psutil.Process) -> float:
+    """CPU seconds (user + system) of the front and, with --front-workers > 1, of its worker processes."""
+    total = 0.0
+    for proc in (front, *front.children(recursive=True)):
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 async def run_clients(factories) -> float:  # noqa: ANN001
@@ -159,6 +171,7 @@ def main() -> int:
     parser.add_argument("--database-url")
     parser.add_argument("--reuse", action="store_true", help="the database already holds the corpus: skip loading")
     parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after")
+    parser.add_argument("--front-workers", type=int, default=1, help="front processes (serve --workers)")
     args = parser.parse_args()
     qs = questions(random.Random(5), 200)
     with bench_redis(args.redis_url), bench_engine(args.database_url) as engine:
@@ -168,7 +181,8 @@ def main() -> int:
                       for t in tenants[:args.clients]]
         raw = raw_queries(engine, tenants, qs)
         port = free_port()
-        front = start_front(engine.url.render_as_string(hide_password=False), args.redis_url, port)
+        front = start_front(engine.url.render_as_string(hide_password=False), args.redis_url, port,
+                            args.front_workers)
         url = f"http://127.0.0.1:{port}/mcp"
         try:
             cpu = asyncio.run(cpu_per_call(url, tokens[0], psutil.Process(front.pid), qs, args.seconds / 3))
@@ -185,7 +199,8 @@ def main() -> int:
             os.killpg(front.pid, signal.SIGTERM)
             front.wait(timeout=30)
     print(f"\n{reference_line()}")
-    print(f"{args.facts} facts + {args.rules} rules, {args.tenants} tenants; {args.clients} concurrent MCP clients")
+    print(f"{args.facts} facts + {args.rules} rules, {args.tenants} tenants; {args.clients} concurrent MCP clients; "
+          f"{args.front_workers} front process(es)")
     print(f"{'what':<44}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'rate/s':>9}")
     print(f"{'raw candidate SQL (gather, in-process)':<44}{pct(raw, 50):>9.1f}{pct(raw, 95):>9.1f}{pct(raw, 99):>9.1f}")
     for tool, values in results.items():
