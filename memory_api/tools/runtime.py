@@ -194,8 +194,7 @@ class ClassifiedTool(Tool):
         unknown = sorted(set(arguments) - allowed)
         request_id = _request_id_of(arguments) or f"srv-{uuid.uuid4().hex[:16]}"
         if unknown:
-            return self._refuse(InvalidInput(f"{unknown[0]}: unknown argument; {self.name} takes "
-                                             f"{', '.join(sorted(allowed))}", field=unknown[0]), request_id, context)
+            return self._refuse(unknown_argument(unknown[0], self.name, allowed), request_id, context)
         try:
             self.fn_metadata.validate_arguments(arguments)
         except ValidationError as exc:
@@ -216,6 +215,15 @@ class ClassifiedTool(Tool):
         if isinstance(services, Services):  # counted; its latency (it never ran) stays out of the histogram
             telemetry.observe_tool(self.name, error.code, None)
         return error_result(error, request_id)
+
+
+def unknown_argument(name: str, tool: str, allowed: Iterable[str]) -> InvalidInput:
+    """An argument the tool does not take, named; one with an empty name is named ``arguments`` (an empty field
+    would be dropped from the error and name nothing)."""
+    takes = f"{tool} takes {', '.join(sorted(allowed))}"
+    if not name:
+        return InvalidInput(f"arguments: an argument with an empty name; {takes}", field="arguments")
+    return InvalidInput(f"{name}: unknown argument; {takes}", field=name)
 
 
 def unstorable_text(value: Any, path: str = "") -> InvalidInput | None:

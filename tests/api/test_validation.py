@@ -82,6 +82,8 @@ BAD_CALLS = [
     ("memory_search", {"query": "a\x00"}, "query"),
     # digits that are not ASCII digits (isdigit() took "²" for a cursor, then int() crashed)
     ("memory_activity_stream", {"since": "²"}, "since"),
+    # an unknown argument with an empty name (found by the fuzzer: the error named no field)
+    ("memory_search", {"query": "q", "": "x"}, "arguments"),
 ]
 
 
