@@ -251,9 +251,10 @@ def unstorable_text(value: Any, path: str = "") -> InvalidInput | None:
 def invalid_from(exc: ValidationError) -> InvalidInput:
     """The first broken rule, naming the field (``episodes.2.content``) and the rule."""
     err = exc.errors()[0]
-    # pydantic adds the union member it tried ("str", "int", "list[...]") to the location; the caller named no such
-    # thing, so it is left out.
-    parts = [str(p) for p in err["loc"] if isinstance(p, int) or (p not in _UNION_TAGS and "[" not in p)]
+    # pydantic adds the union member it tried ("str", "int", "constrained-str", "list[...]") to the location; the
+    # caller named no such thing, so it is left out.
+    parts = [str(p) for p in err["loc"]
+             if isinstance(p, int) or (p not in _UNION_TAGS and "[" not in p and not p.startswith("constrained-"))]
     field = ".".join(parts) or "arguments"
     return InvalidInput(f"{field}: {err['msg']}", field=field)
 

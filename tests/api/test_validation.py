@@ -84,6 +84,8 @@ BAD_CALLS = [
     ("memory_activity_stream", {"since": "²"}, "since"),
     # an unknown argument with an empty name (found by the fuzzer: the error named no field)
     ("memory_search", {"query": "q", "": "x"}, "arguments"),
+    # a cursor of 5,000 digits passed isdigit() and int() refused it: "internal error" (found by the fuzzer)
+    ("memory_activity_stream", {"since": "9" * 5_000}, "since"),
 ]
 
 
@@ -97,6 +99,13 @@ def test_bad_input_names_the_field_and_writes_nothing(tool: str, arguments: dict
     assert err["retryable"] is False
     assert count_rows(engine, "write_intents", tenant_a) == 0
     assert count_rows(engine, "memory_events", tenant_a) == 0
+
+
+def test_a_huge_value_is_not_echoed_back_in_the_error(admin: Butler) -> None:
+    # given a 1 MB "since" (it was quoted whole in the error: found by the fuzzer), then the refusal stays short
+    err = admin.error("memory_activity_stream", since="2025" + "x" * (1 << 20))
+    assert err["error"] == "invalid_input" and err["field"] == "since", err
+    assert len(err["message"]) < 500, len(err["message"])
 
 
 def test_request_id_is_echoed_on_errors(admin: Butler) -> None:
