@@ -49,9 +49,15 @@ KNOWN_CODES = frozenset(c.code for c in (*ButlerError.__subclasses__(), *(
 VOLATILE = ("reference_count", "last_referenced_at", "embedding", "search_vector", "content_tsv")
 MEMORY_TABLES = ("episodes", "facts", "rules")
 CALL_TIMEOUT_S = 60.0
-MUST_BE_ZERO = ("internal_error", "unclassified", "unnamed_field", "refused_wrote", "leaks", "crashes",
-                "transport_errors", "invalid_result")
-COLUMNS = ("calls", "hostile", "valid", "degraded", "classified", *MUST_BE_ZERO)
+# JSON-RPC errors the server answers for a body it cannot take (parse error, invalid request, unknown method,
+# invalid params): refused at the protocol level, before any tool ran. Others (a timeout, a lost connection) are
+# transport failures.
+PROTOCOL_ERRORS = frozenset({-32700, -32600, -32601, -32602})
+MUST_BE_ZERO = ("internal_error", "unclassified", "unnamed_field", "oversized_error", "refused_wrote", "leaks",
+                "crashes", "transport_errors", "invalid_result")
+COLUMNS = ("calls", "hostile", "valid", "valid_wrote", "degraded", "classified", *MUST_BE_ZERO)
+# A refusal says what broke in a few lines; one that quotes a hostile value whole (a 1 MB string) is a defect.
+MAX_ERROR_CHARS = 4_096
 
 
 def free_port() -> int:
@@ -358,6 +364,8 @@ class Campaign:
         try:
             result = self.portal.call(lambda: session.call_tool(tool, args, read_timeout_seconds=CALL_TIMEOUT_S))
         except MCPError as exc:
+            if exc.error.code not in PROTOCOL_ERRORS:  # a timeout or a dropped connection: a transport failure
+                raise
             return {"protocol": exc.error.code, "message": exc.error.message}
         except RuntimeError as exc:  # the client found the result does not match the tool's outputSchema
             if "structured content" in str(exc).lower() or "output schema" in str(exc).lower():
@@ -378,6 +386,8 @@ class Campaign:
             return {"http": response.status_code, "text": response.text}
         message = response.json()
         if "error" in message:
+            if message["error"]["code"] not in PROTOCOL_ERRORS:
+                raise RuntimeError(f"JSON-RPC error {message['error']}")
             return {"protocol": message["error"]["code"], "message": message["error"].get("message")}
         result = message["result"]
         return {"isError": result.get("isError", False), "structuredContent": result.get("structuredContent"),
@@ -394,10 +404,13 @@ class Campaign:
             add("internal_error")
             note("internal_error", f"{tool} {_short(args)} -> HTTP {answer['http']} {answer['text'][:300]}")
             return True
+        body = answer.get("structuredContent") or {}
+        if answer.get("isError", True) and len(json.dumps(answer, default=str)) > MAX_ERROR_CHARS:
+            add("oversized_error")
+            note("oversized_error", f"{tool} {_short(args)} -> {_short(answer)}")
         if "protocol" in answer:
             add("classified", f"protocol:{answer['protocol']}")
             return True
-        body = answer.get("structuredContent") or {}
         if not answer["isError"]:
             add("valid", *(["degraded"] if body.get("degraded") else []))
             self._check_leak(tool, who, args, answer)

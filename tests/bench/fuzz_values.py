@@ -47,13 +47,13 @@ def nested(depth: int) -> dict[str, Any]:
 RAW_ONLY = (
     Raw("lone-surrogate", '"a\\ud800b"'), Raw("lone-low-surrogate", '"\\udfff"'), Raw("nan", "NaN"),
     Raw("infinity", "Infinity"), Raw("-infinity", "-Infinity"), Raw("huge-exponent", "1e400"),
-    Raw("nesting-5000", '{"a":' * 5000 + "1" + "}" * 5000), Raw("nesting-150", '{"a":' * 150 + "1" + "}" * 150),
+    Raw("digits-5000", "9" * 5000), Raw("nesting-5000", '{"a":' * 5000 + "1" + "}" * 5000), Raw("nesting-150", '{"a":' * 150 + "1" + "}" * 150),
 )
 
 HOSTILE_TEXT = (
     "a\x00b", "\x00", MEGABYTE, "", " ", "\t\n\r", "\u202etxt.exe", "\ufeffBOM", "\uffff", "🙂" * 5_000,
     "' OR '1'='1'; DROP TABLE facts; --", "%s%n%x", "{{7*7}}${jndi:ldap://x}", "../../etc/passwd", "*", "global",
-    "ALL", "²", "-1", "9" * 400, "NaN", "null", "true", "Ω" * 20_001, "x" * 20_001, "\u0301" * 1000,
+    "ALL", "²", "-1", "9" * 400, "9" * 5_000, "NaN", "null", "true", "Ω" * 20_001, "x" * 20_001, "\u0301" * 1000,
     "2999-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "2025-01-01T10:00:00", "0000-00-00T00:00:00Z",
     str(uuid.UUID(int=0)), "mb_" + "A" * 43,
 )
