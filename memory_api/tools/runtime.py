@@ -260,11 +260,13 @@ def invalid_from(exc: ValidationError) -> InvalidInput:
 
 
 _UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "uuid"})
+MAX_REQUEST_ID = 200  # RequestContext.request_id's bound
 
 
 def _request_id_of(arguments: dict[str, Any]) -> str | None:
-    """The caller's request_context.request_id, read before validation (the arguments may be invalid)."""
+    """The caller's request_context.request_id, read before validation (the arguments may be invalid); one that
+    breaks RequestContext's bound is not echoed (a 1 MB request_id came back twice in its own refusal)."""
     lineage = arguments.get("request_context")
     value = lineage.get("request_id") if isinstance(lineage, dict) else None
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and 1 <= len(value) <= MAX_REQUEST_ID else None
 

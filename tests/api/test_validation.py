@@ -3,6 +3,7 @@ writes nothing (the tenant's write_intents stay empty)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -106,6 +107,14 @@ def test_a_huge_value_is_not_echoed_back_in_the_error(admin: Butler) -> None:
     err = admin.error("memory_activity_stream", since="2025" + "x" * (1 << 20))
     assert err["error"] == "invalid_input" and err["field"] == "since", err
     assert len(err["message"]) < 500, len(err["message"])
+
+
+def test_a_request_id_too_long_to_accept_is_not_echoed(admin: Butler) -> None:
+    # given a 1 MB request_id (it came back whole in its own refusal: found by the fuzzer), then the error names
+    # it and answers with a request_id of the server's
+    err = admin.error("memory_get", type="fact", id=OK_ID, request_context={"request_id": "r" * (1 << 20)})
+    assert err["error"] == "invalid_input" and err["field"] == "request_context.request_id", err
+    assert err["request_id"].startswith("srv-") and len(json.dumps(err)) < 500
 
 
 def test_request_id_is_echoed_on_errors(admin: Butler) -> None:
