@@ -16,7 +16,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from shared import db
-from tests.bench.fuzz_campaign import Campaign, FrontProcess, Tally, log_crashes, seed_tenants
+from tests.bench.fuzz_campaign import Campaign, Tally
+from tests.bench.fuzz_world import FrontProcess, log_crashes, seed_tenants
 
 CALLS = 1_000
 

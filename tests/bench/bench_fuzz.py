@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench.common import bench_engine, bench_redis, reference_line  # noqa: E402
-from tests.bench.fuzz_campaign import Campaign, FrontProcess, log_crashes, seed_tenants  # noqa: E402
+from tests.bench.fuzz_campaign import Campaign  # noqa: E402
+from tests.bench.fuzz_world import FrontProcess, log_crashes, seed_tenants  # noqa: E402
 
 FUZZ_REDIS_URL = os.environ.get("BENCH_FUZZ_REDIS_URL", "redis://127.0.0.1:6379/9")
 

@@ -1,6 +1,6 @@
 """The fuzzing campaign (issue 16 §E): every tool, through the real MCP client over HTTP, against a real front
 process (``memory-butler serve``), PostgreSQL and Redis, with arguments drawn from the tool's own inputSchema and
-hostile values (see tests/bench/fuzz_values.py).
+hostile values (tests/bench/fuzz_values.py), in the world of tests/bench/fuzz_world.py.
 
 Two tenants: A is fuzzed (an admin token and a 'health' butler token take turns); B only lends its memories' ids
 and its tenant id. Each answer is one of: a valid result, a classified tool error ({error, message, retryable,
@@ -15,40 +15,26 @@ The front must still answer after each failure (else it counts as a crash and is
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hypothesis_seed, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from memory_api.loadtest.client import open_session
-from shared.config import load_settings
-from shared.db import unit_of_work
 from shared.errors import ButlerError
-from shared.tenancy import create_token, ensure_tenant
 from tests.bench.fuzz_values import Hints, arguments, has_raw, mutate, raw_json
+from tests.bench.fuzz_world import CALL_TIMEOUT_S, Fingerprint, FrontProcess, Tenant
 
 KNOWN_CODES = frozenset(c.code for c in (*ButlerError.__subclasses__(), *(
     s for c in ButlerError.__subclasses__() for s in c.__subclasses__()))) - {ButlerError.code}
-# Columns a read moves after the fact (shared.references: reference bumps, an anti-pattern's keep-alive), and
-# derived ones too large to hash on every call.
-VOLATILE = ("reference_count", "last_referenced_at", "embedding", "search_vector", "content_tsv")
-MEMORY_TABLES = ("episodes", "facts", "rules")
-CALL_TIMEOUT_S = 60.0
 # JSON-RPC errors the server answers for a body it cannot take (parse error, invalid request, unknown method,
 # invalid params): refused at the protocol level, before any tool ran. Others (a timeout, a lost connection) are
 # transport failures.
@@ -58,70 +44,6 @@ MUST_BE_ZERO = ("internal_error", "unclassified", "unnamed_field", "oversized_er
 COLUMNS = ("calls", "hostile", "valid", "valid_wrote", "degraded", "classified", *MUST_BE_ZERO)
 # A refusal says what broke in a few lines; one that quotes a hostile value whole (a 1 MB string) is a defect.
 MAX_ERROR_CHARS = 4_096
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class FrontProcess:
-    """``memory-butler serve`` as a subprocess on a free port, its log in ``log_path``."""
-
-    def __init__(self, database_url: str, redis_url: str, log_path: Path) -> None:
-        self.database_url, self.redis_url, self.log_path = database_url, redis_url, log_path
-        self.proc: subprocess.Popen | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def start(self) -> FrontProcess:
-        self.port = free_port()
-        env = {**os.environ, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
-               "MEMORY_BUTLER_LOG_LEVEL": "INFO"}
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memory_api", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env, stdout=log, stderr=log, start_new_session=True)
-        log.close()
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the front exited at start ({self.proc.returncode}); see {self.log_path}")
-            if self.healthy():
-                return self
-            time.sleep(0.2)  # waiting for a subprocess to listen: no event to wait on
-        raise TimeoutError("the front did not become healthy")
-
-    def healthy(self) -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None and self.healthy()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-
-@dataclass
-class Tenant:
-    id: str
-    admin: str
-    butler: str                      # a 'health' butler token
-    marker: str                      # text in this tenant's memories that nobody else may see
-    ids: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -161,94 +83,6 @@ class Tally:
         lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in [head, *rows]]
         lines.append("classified errors by class: " + ", ".join(f"{k} {total[k]}" for k in classes))
         return "\n".join(lines)
-
-
-class Fingerprint:
-    """One query: for each table, its row count and newest row version (for the memory tables, a hash of the
-    rows without the columns a read's reference bump moves). Equal before and after = nothing written."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        with engine.connect() as conn:
-            tables = conn.execute(text(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
-                "AND table_type = 'BASE TABLE' AND table_name <> 'alembic_version' ORDER BY 1")).scalars().all()
-        parts = []
-        for t in tables:
-            if t in MEMORY_TABLES:
-                dropped = "".join(f" - '{c}'" for c in VOLATILE)
-                keep_alive = " - CASE WHEN t.maturity = 'anti_pattern' THEN 'last_confirmed_at' ELSE '' END" \
-                    if t == "rules" else ""
-                row = f"sum(hashtext((to_jsonb(t){dropped}{keep_alive})::text)::bigint)"
-            else:
-                row = "max(t.xmin::text::bigint)"
-            parts.append(f"SELECT '{t}' AS t, count(*) AS n, coalesce({row}, 0) AS h FROM {t} t")
-        self.sql = text(" UNION ALL ".join(parts))
-
-    def take(self) -> dict[str, tuple[int, int]]:
-        with self.engine.connect() as conn:
-            return {r.t: (r.n, r.h) for r in conn.execute(self.sql)}
-
-
-def seed_tenants(engine: Engine, front_url: str, database_url: str, redis_url: str) -> tuple[Tenant, Tenant]:
-    """Tenants A and B, each with episodes, facts and rules in global, 'health' and 'finance' scopes (written
-    through the front, applied as a worker would) and one dead-lettered episode."""
-    import anyio
-
-    tenants = []
-    for label in ("a", "b"):
-        tid = f"t-fuzz-{label}-{uuid.uuid4().hex[:8]}"
-        with unit_of_work(engine) as conn:
-            ensure_tenant(conn, tenant_id=tid)
-            _, admin = create_token(conn, tenant_id=tid, name="fuzz-admin", butlers=["*"], role="admin")
-            _, butler = create_token(conn, tenant_id=tid, name="fuzz-health", butlers=["health"], role="butler")
-        tenants.append(Tenant(tid, admin, butler, marker=f"zq{uuid.uuid4().hex[:12]}"))
-    a, b = tenants
-    for t in tenants:
-        anyio.run(_store_seeds, front_url, t, t is a)
-    _apply_all(engine, database_url, redis_url)
-    with unit_of_work(engine) as conn:
-        for t in tenants:
-            conn.execute(text(
-                "UPDATE episodes SET consolidation_status = 'dead_letter', last_consolidation_error = 'fuzz seed' "
-                "WHERE id = (SELECT id FROM episodes WHERE tenant_id = :t ORDER BY created_at LIMIT 1)"), {"t": t.id})
-            for kind, table in (("episode", "episodes"), ("fact", "facts"), ("rule", "rules")):
-                t.ids[kind] = [str(i) for i in conn.execute(
-                    text(f"SELECT id FROM {table} WHERE tenant_id = :t ORDER BY id"), {"t": t.id}).scalars()]
-    return a, b
-
-
-async def _store_seeds(front_url: str, tenant: Tenant, is_a: bool) -> None:
-    from memory_api.loadtest.client import call_tool
-
-    secret = tenant.marker  # A's finance memories carry A's marker (hidden from 'health'); all of B's carry B's
-    async with open_session(front_url, tenant.admin, timeout_s=CALL_TIMEOUT_S) as s:
-        for scope in ("global", "health", "finance"):
-            mark = secret if (not is_a or scope == "finance") else "plain"
-            butler = "general" if scope == "global" else scope
-            for topic in ("penicillin allergy", "dentist on Tuesday", "monthly budget"):
-                await call_tool(s, "memory_store_episode", {"content": f"{topic} noted ({mark})", "butler": butler},
-                                timeout_s=CALL_TIMEOUT_S)
-            await call_tool(s, "memory_store_fact", {"subject": "user", "predicate": f"likes_{scope}",
-                                                     "content": f"The user likes coffee ({mark})", "scope": scope},
-                            timeout_s=CALL_TIMEOUT_S)
-            await call_tool(s, "memory_store_rule", {"content": f"Always confirm before paying ({mark})",
-                                                     "scope": scope}, timeout_s=CALL_TIMEOUT_S)
-
-
-def _apply_all(engine: Engine, database_url: str, redis_url: str) -> None:
-    from memory_workers.extractors import build_extractor
-    from memory_workers.tasks import Runtime
-    from memory_workers.tasks.ingest import apply_pending
-    from shared.embedding import get_embedder
-    from shared.writes import Actor
-
-    cfg = load_settings(database_url=database_url, redis_url=redis_url)
-    rt = Runtime(cfg, engine, get_embedder(), build_extractor(cfg.consolidation))
-    with engine.connect() as conn:
-        keys = conn.execute(text("SELECT DISTINCT tenant_id, butler FROM write_intents WHERE status = 'pending'")).all()
-    for tenant_id, butler in keys:
-        apply_pending(rt, tenant_id=tenant_id, butler=butler, actor=Actor("worker:fuzz-seed"))
 
 
 class Campaign:
@@ -439,15 +273,19 @@ class Campaign:
         return head == "arguments" or head in args or head in self.schemas[tool].get("properties", {})
 
     def _check_leak(self, tool: str, who: str, args: dict[str, Any], answer: dict[str, Any]) -> None:
-        shown = json.dumps(answer.get("structuredContent"), ensure_ascii=False) + str(answer.get("text", ""))
-        secrets = [self.b.marker, *([self.a.marker] if who == "butler" else [])]
-        named = json.dumps(args, default=str)
+        """B's text anywhere, or a B id as an id (not as text A itself stored, e.g. content = a B id from the
+        hostile values) that the call did not name; for the 'health' token, A's finance-only text too."""
+        body = answer.get("structuredContent")
+        shown = json.dumps(body, ensure_ascii=False) + str(answer.get("text", ""))
         if who == "admin" and self.a.marker in shown:  # the admin may read A's finance memories: the check sees text
             self.tally.add(tool, "admin_saw_finance")
-        leaked = [s for s in secrets if s in shown] + [i for i in self.other_ids if i in shown and i not in named]
+        secrets = [self.b.marker, *([self.a.marker] if who == "butler" else [])]
+        named = json.dumps(args, default=str)
+        leaked = [s for s in secrets if s in shown] + [
+            i for i in _id_values(body) if i in self.other_ids and i not in named]
         if leaked:
             self.tally.add(tool, "leaks")
-            self.tally.note("leaks", f"{who} {tool} {_short(args)} -> {leaked[:3]}: {shown[:500]}")
+            self.tally.note("leaks", f"{who} {tool} {_short(args)} -> {leaked[:3]}: {shown[:2000]}")
 
     def _transport_failure(self, tool: str, args: dict[str, Any], exc: BaseException) -> None:
         self.tally.add(tool, "transport_errors")
@@ -468,13 +306,28 @@ class Campaign:
             self.tally.note("crashes", "the front was not answering after the last call")
 
 
+# Fields that carry what a caller wrote (which may be any string, another tenant's id included), not references.
+CALLER_TEXT = frozenset({"content", "context", "text", "reason", "subject", "predicate", "tags", "session_id",
+                         "idempotency_key", "request_id", "subrequest_id", "segment_id", "preceding", "payload",
+                         "anti_pattern", "last_error", "error"})
+
+
+def _id_values(node: Any, key: str = "") -> Iterator[str]:
+    """Every string in a result outside the fields that carry caller text."""
+    if key in CALLER_TEXT:
+        return
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            yield from _id_values(v, str(k))
+    elif isinstance(node, list):
+        for v in node:
+            yield from _id_values(v, key)
+
+
 def _short(value: Any, limit: int = 300) -> str:
     text_ = json.dumps(value, default=repr, ensure_ascii=True)
     return text_ if len(text_) <= limit else f"{text_[:limit]}... ({len(text_)} chars)"
 
 
-def log_crashes(log_path: Path) -> int:
-    """Tracebacks the front logged for a tool ("tool crashed"): the server's side of an internal error."""
-    if not log_path.exists():
-        return 0
-    return sum(1 for line in log_path.read_text(errors="replace").splitlines() if "tool crashed" in line)
