@@ -40,7 +40,7 @@ def fuzz_database_url(admin_url: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def campaign_run(fuzz_database_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory,
-                 ) -> Iterator[tuple[Tally, Path]]:
+                 ) -> Iterator[tuple[Tally, Path, set[str]]]:
     log_path = tmp_path_factory.mktemp("fuzz") / "front.log"
     engine = db.make_engine(fuzz_database_url, pool_size=2)
     front = FrontProcess(fuzz_database_url, redis_url, log_path).start()
@@ -50,14 +50,17 @@ def campaign_run(fuzz_database_url: str, redis_url: str, tmp_path_factory: pytes
         with campaign.running():
             tally = campaign.run(CALLS, seed=None)
         campaign.finish()
-        yield tally, log_path
+        yield tally, log_path, set(campaign.schemas)
     finally:
         front.stop()
         engine.dispose()
 
 
-def test_every_call_answers_a_valid_result_or_a_classified_error(campaign_run: tuple[Tally, Path]) -> None:
-    tally, log_path = campaign_run
+Run = tuple[Tally, Path, set[str]]  # the tally, the front's log, the tools it listed
+
+
+def test_every_call_answers_a_valid_result_or_a_classified_error(campaign_run: Run) -> None:
+    tally, log_path, _ = campaign_run
     total = tally.total
     assert total["calls"] >= CALLS
     assert tally.failures() == {}, f"{tally.failures()}\n{tally.table()}\n{tally.first}"
@@ -65,9 +68,9 @@ def test_every_call_answers_a_valid_result_or_a_classified_error(campaign_run: t
     assert log_crashes(log_path) == 0
 
 
-def test_the_campaign_reaches_every_tool_both_ways(campaign_run: tuple[Tally, Path]) -> None:
-    tally, _ = campaign_run
-    assert len(tally.per_tool) == 18, sorted(tally.per_tool)
+def test_the_campaign_reaches_every_tool_both_ways(campaign_run: Run) -> None:
+    tally, _, tools = campaign_run
+    assert len(tools) >= 18 and set(tally.per_tool) == tools, sorted(tally.per_tool)
     total = tally.total
     assert total["hostile"] >= CALLS // 4 and total["valid"] >= CALLS // 5, tally.table()
     assert total["error:invalid_input"] and total["error:not_found"] and total["error:permission_denied"]
@@ -77,9 +80,9 @@ def test_the_campaign_reaches_every_tool_both_ways(campaign_run: tuple[Tally, Pa
     assert len(tools_with_valid) >= 15, tally.table()
 
 
-def test_the_checks_can_fail(campaign_run: tuple[Tally, Path]) -> None:
+def test_the_checks_can_fail(campaign_run: Run) -> None:
     # given valid writes and an admin reading its own finance memories, when the campaign ran, then the write
     # check saw those writes and the leak check saw that text: a zero of theirs is not a blind spot
-    tally, _ = campaign_run
+    tally, _, _ = campaign_run
     assert tally.total["valid_wrote"] > 0
     assert tally.total["admin_saw_finance"] > 0

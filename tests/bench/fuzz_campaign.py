@@ -80,7 +80,8 @@ class Tally:
         total = self.total
         rows.append(["ALL", *(str(total[k]) for k in COLUMNS)])
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in [head, *rows]]
+        lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                 for r in [head, *rows]]
         lines.append("classified errors by class: " + ", ".join(f"{k} {total[k]}" for k in classes))
         return "\n".join(lines)
 

@@ -47,7 +47,8 @@ def nested(depth: int) -> dict[str, Any]:
 RAW_ONLY = (
     Raw("lone-surrogate", '"a\\ud800b"'), Raw("lone-low-surrogate", '"\\udfff"'), Raw("nan", "NaN"),
     Raw("infinity", "Infinity"), Raw("-infinity", "-Infinity"), Raw("huge-exponent", "1e400"),
-    Raw("digits-5000", "9" * 5000), Raw("nesting-5000", '{"a":' * 5000 + "1" + "}" * 5000), Raw("nesting-150", '{"a":' * 150 + "1" + "}" * 150),
+    Raw("digits-5000", "9" * 5000), Raw("nesting-5000", '{"a":' * 5000 + "1" + "}" * 5000),
+    Raw("nesting-150", '{"a":' * 150 + "1" + "}" * 150),
 )
 
 HOSTILE_TEXT = (
