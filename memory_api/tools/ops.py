@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from memory_api.tools import access
 from memory_api.tools.params import MAX_ACTIVITY, Lineage, MemoryType, ReadScope
@@ -18,6 +18,9 @@ from shared.deadletters import Redriven, drop, list_dead_letters, redrive, show_
 from shared.errors import InvalidInput, NotFound
 
 DEFAULT_ACTIVITY = 100
+# An ISO-8601 time or a cursor's digits fit in far less; a longer value is refused before it is parsed (a 1 MB
+# "since" was echoed back whole in the error, and 5,000 digits passed isdigit() and crashed int()).
+MAX_SINCE = 64
 
 
 @tool_call
@@ -53,7 +56,7 @@ def parse_since(since: str | int) -> datetime | int:
 @tool_call
 async def memory_activity_stream(
     ctx: Context,
-    since: Annotated[str | int, Field(description=(
+    since: Annotated[Annotated[str, StringConstraints(max_length=MAX_SINCE)] | int, Field(description=(
         "Where to start: next_cursor from the previous call (an event id), or an ISO-8601 time such as "
         "'2026-01-31T09:00:00Z'. Use 0 for the beginning."))],
     scope: ReadScope | None = None,

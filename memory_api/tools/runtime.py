@@ -195,8 +195,7 @@ class ClassifiedTool(Tool):
         unknown = sorted(set(arguments) - allowed)
         request_id = _request_id_of(arguments) or f"srv-{uuid.uuid4().hex[:16]}"
         if unknown:
-            return self._refuse(InvalidInput(f"{unknown[0]}: unknown argument; {self.name} takes "
-                                             f"{', '.join(sorted(allowed))}", field=unknown[0]), request_id, context)
+            return self._refuse(unknown_argument(unknown[0], self.name, allowed), request_id, context)
         try:
             self.fn_metadata.validate_arguments(arguments)
         except ValidationError as exc:
@@ -217,6 +216,15 @@ class ClassifiedTool(Tool):
         if isinstance(services, Services):  # counted; its latency (it never ran) stays out of the histogram
             telemetry.observe_tool(self.name, error.code, None)
         return error_result(error, request_id)
+
+
+def unknown_argument(name: str, tool: str, allowed: Iterable[str]) -> InvalidInput:
+    """An argument the tool does not take, named; one with an empty name is named ``arguments`` (an empty field
+    would be dropped from the error and name nothing)."""
+    takes = f"{tool} takes {', '.join(sorted(allowed))}"
+    if not name:
+        return InvalidInput(f"arguments: an argument with an empty name; {takes}", field="arguments")
+    return InvalidInput(f"{name}: unknown argument; {takes}", field=name)
 
 
 def unstorable_text(value: Any, path: str = "") -> InvalidInput | None:
@@ -244,19 +252,22 @@ def unstorable_text(value: Any, path: str = "") -> InvalidInput | None:
 def invalid_from(exc: ValidationError) -> InvalidInput:
     """The first broken rule, naming the field (``episodes.2.content``) and the rule."""
     err = exc.errors()[0]
-    # pydantic adds the union member it tried ("str", "int", "list[...]") to the location; the caller named no such
-    # thing, so it is left out.
-    parts = [str(p) for p in err["loc"] if isinstance(p, int) or (p not in _UNION_TAGS and "[" not in p)]
+    # pydantic adds the union member it tried ("str", "int", "constrained-str", "list[...]") to the location; the
+    # caller named no such thing, so it is left out.
+    parts = [str(p) for p in err["loc"]
+             if isinstance(p, int) or (p not in _UNION_TAGS and "[" not in p and not p.startswith("constrained-"))]
     field = ".".join(parts) or "arguments"
     return InvalidInput(f"{field}: {err['msg']}", field=field)
 
 
 _UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "uuid"})
+MAX_REQUEST_ID = 200  # RequestContext.request_id's bound
 
 
 def _request_id_of(arguments: dict[str, Any]) -> str | None:
-    """The caller's request_context.request_id, read before validation (the arguments may be invalid)."""
+    """The caller's request_context.request_id, read before validation (the arguments may be invalid); one that
+    breaks RequestContext's bound is not echoed (a 1 MB request_id came back twice in its own refusal)."""
     lineage = arguments.get("request_context")
     value = lineage.get("request_id") if isinstance(lineage, dict) else None
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and 1 <= len(value) <= MAX_REQUEST_ID else None
 

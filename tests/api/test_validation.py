@@ -3,6 +3,7 @@ writes nothing (the tenant's write_intents stay empty)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -82,6 +83,10 @@ BAD_CALLS = [
     ("memory_search", {"query": "a\x00"}, "query"),
     # digits that are not ASCII digits (isdigit() took "²" for a cursor, then int() crashed)
     ("memory_activity_stream", {"since": "²"}, "since"),
+    # an unknown argument with an empty name (found by the fuzzer: the error named no field)
+    ("memory_search", {"query": "q", "": "x"}, "arguments"),
+    # a cursor of 5,000 digits passed isdigit() and int() refused it: "internal error" (found by the fuzzer)
+    ("memory_activity_stream", {"since": "9" * 5_000}, "since"),
 ]
 
 
@@ -95,6 +100,21 @@ def test_bad_input_names_the_field_and_writes_nothing(tool: str, arguments: dict
     assert err["retryable"] is False
     assert count_rows(engine, "write_intents", tenant_a) == 0
     assert count_rows(engine, "memory_events", tenant_a) == 0
+
+
+def test_a_huge_value_is_not_echoed_back_in_the_error(admin: Butler) -> None:
+    # given a 1 MB "since" (it was quoted whole in the error: found by the fuzzer), then the refusal stays short
+    err = admin.error("memory_activity_stream", since="2025" + "x" * (1 << 20))
+    assert err["error"] == "invalid_input" and err["field"] == "since", err
+    assert len(err["message"]) < 500, len(err["message"])
+
+
+def test_a_request_id_too_long_to_accept_is_not_echoed(admin: Butler) -> None:
+    # given a 1 MB request_id (it came back whole in its own refusal: found by the fuzzer), then the error names
+    # it and answers with a request_id of the server's
+    err = admin.error("memory_get", type="fact", id=OK_ID, request_context={"request_id": "r" * (1 << 20)})
+    assert err["error"] == "invalid_input" and err["field"] == "request_context.request_id", err
+    assert err["request_id"].startswith("srv-") and len(json.dumps(err)) < 500
 
 
 def test_request_id_is_echoed_on_errors(admin: Butler) -> None:
