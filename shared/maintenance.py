@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
-from shared import receipts
+from shared import partitions, receipts
 from shared.config import FactSettings, RuleSettings, Settings
 from shared.db import sqlstate
 from shared.lifecycle import (
@@ -338,6 +338,18 @@ def episode_cleanup(engine: Engine, *, now: datetime, settings: Settings, batch:
                   "batches": b1 + b2 + b3, "maintenance_runs_deleted": runs,
                   "feedback_receipts_deleted": feedback_keys, "seconds": round(time.monotonic() - started, 3)}
         log.info("episode_cleanup done", extra=result)
+        return result
+
+
+def event_partitions(engine: Engine, *, now: datetime, settings: Settings) -> dict[str, Any]:
+    """memory_events' partitions: the coming months created, the months past the retention dropped whole."""
+    with exclusive(engine, "event_partitions") as got:
+        if not got:
+            return {"skipped": "already running"}
+        started = time.monotonic()
+        result = {**partitions.maintain(engine, now=now, settings=settings),
+                  "seconds": round(time.monotonic() - started, 3)}
+        log.info("event_partitions done", extra=result)
         return result
 
 
