@@ -22,7 +22,7 @@ def _migration_before_partitions(url: str) -> str:
     from alembic.script import ScriptDirectory
 
     script = ScriptDirectory.from_config(db.alembic_config(url))
-    rev = next(r for r in script.walk_revisions() if r.path.endswith("_partitioned_events.py"))
+    rev = next(r for r in script.walk_revisions() if "_partitioned_events" in r.path)
     return rev.down_revision
 
 

@@ -5,6 +5,12 @@ place: its rows are copied with their ids, the id sequence continues after the l
 cover its oldest event up to three months ahead (the beat's event_partitions task keeps creating them ahead and
 drops whole months past ``schedule.events_retention_days``; see shared/partitions.py and docs/partitions.md).
 
+The same revision makes the facts' and rules' HNSW indexes partial, ``WHERE validity IN ('active', 'fading')``: every
+read and every dedup lookup that searches by vector already has exactly that filter (shared/candidates.py,
+shared/consolidation.py), so the planner proves it and uses the index. A row that leaves those states (the decay
+sweep's expiry, a supersession, a retraction) is then no longer inserted into the graph, which was most of the
+decay sweep's cost (docs/partitions.md: a batch spent ~75% of its time in HNSW inserts).
+
 The primary key must hold the partition key: it is (tenant_id, id, occurred_at), which also serves the tenant's
 feed in id order (the old idx_memory_events_tenant_time). ``episodes`` stay one table: facts, rules, links and
 episode_vectors reference them by id alone.
@@ -29,6 +35,14 @@ COLUMNS = "id, tenant_id, event_type, entity_type, entity_id, occurred_at, actor
 TRIGGER = """
 CREATE TRIGGER trg_memory_events_append_only BEFORE UPDATE OR DELETE ON memory_events
     FOR EACH ROW EXECUTE FUNCTION memory_events_append_only();"""
+
+VECTOR_TABLES = ("facts", "rules")
+LIVE_VECTORS = "\n".join(
+    f"DROP INDEX idx_{t}_embedding;\nCREATE INDEX idx_{t}_embedding ON {t} USING hnsw (embedding vector_cosine_ops) "
+    "WHERE validity IN ('active', 'fading');" for t in VECTOR_TABLES)
+ALL_VECTORS = "\n".join(
+    f"DROP INDEX idx_{t}_embedding;\nCREATE INDEX idx_{t}_embedding ON {t} USING hnsw (embedding vector_cosine_ops);"
+    for t in VECTOR_TABLES)
 
 UPGRADE = f"""
 ALTER TABLE memory_events RENAME TO memory_events_unpartitioned;
@@ -77,9 +91,11 @@ ALTER TABLE memory_events ADD PRIMARY KEY (tenant_id, id, occurred_at);
 CREATE INDEX idx_memory_events_entity ON memory_events (tenant_id, entity_type, entity_id);
 {TRIGGER}
 ANALYZE memory_events;
+{LIVE_VECTORS}
 """
 
 DOWNGRADE = f"""
+{ALL_VECTORS}
 ALTER TABLE memory_events RENAME TO memory_events_partitioned;
 ALTER SEQUENCE memory_events_id_seq OWNED BY NONE;
 ALTER SEQUENCE memory_events_id_seq RENAME TO memory_events_partitioned_id_seq;
