@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
@@ -22,6 +23,7 @@ from shared.config import Settings
 from shared.db import sqlstate
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PARENT = "memory_events"
 DEFAULT_PARTITION = "memory_events_default"
@@ -104,7 +106,7 @@ def drop_partition(conn: Connection, *, name: str) -> int:
     return int(rows)
 
 
-def _step(engine: Engine, action: Any, outcome: dict[str, list[str]], name: str) -> Any:
+def _step(engine: Engine, action: Callable[[Connection], T], outcome: dict[str, list[str]], name: str) -> T | None:
     """Run one DDL step in its own transaction; a lock timeout is recorded and left to the next run."""
     try:
         with engine.begin() as conn:

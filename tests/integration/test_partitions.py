@@ -107,7 +107,8 @@ def test_month_arithmetic_and_the_retention_rule():
 
 def _event(conn, tenant: str, at: datetime) -> int:
     return conn.execute(text("INSERT INTO memory_events (tenant_id, event_type, entity_type, occurred_at, actor) "
-                             "VALUES (:t, 'x', 'fact', :at, 'test') RETURNING id"), {"t": tenant, "at": at}).scalar_one()
+                             "VALUES (:t, 'x', 'fact', :at, 'test') RETURNING id"),
+                        {"t": tenant, "at": at}).scalar_one()
 
 
 def test_the_task_creates_months_ahead_and_drops_whole_months_past_the_retention(empty_database_url):
