@@ -21,9 +21,10 @@ from shared.sharding import MAINTENANCE_QUEUE
 CONSOLIDATE_ALL = "memory.consolidate_all"
 DECAY_SWEEP = "memory.decay_sweep"
 EPISODE_CLEANUP = "memory.episode_cleanup"
+EVENT_PARTITIONS = "memory.event_partitions"
 BACKLOG_TRIGGER = "memory.backlog_trigger"
 REDELIVERY_SWEEP = "memory.redelivery_sweep"
-CRON_TASKS = (CONSOLIDATE_ALL, DECAY_SWEEP, EPISODE_CLEANUP)
+CRON_TASKS = (CONSOLIDATE_ALL, DECAY_SWEEP, EPISODE_CLEANUP, EVENT_PARTITIONS)
 INTERVAL_TASKS = (BACKLOG_TRIGGER, REDELIVERY_SWEEP)
 MAINTENANCE_TASKS = CRON_TASKS + INTERVAL_TASKS
 PUBLISHED_AT_HEADER = "memory_butler_published_at"
@@ -66,7 +67,7 @@ def maintenance_periods(settings: Settings) -> dict[str, float]:
     """Each maintenance task's longest gap between scheduled runs, in seconds (/metrics' period gauges)."""
     s = settings.schedule
     crons = {CONSOLIDATE_ALL: s.consolidate.cron, DECAY_SWEEP: s.decay_sweep.cron,
-             EPISODE_CLEANUP: s.episode_cleanup.cron}
+             EPISODE_CLEANUP: s.episode_cleanup.cron, EVENT_PARTITIONS: s.event_partitions.cron}
     return {**{task: period_seconds(cron) for task, cron in crons.items()}, **interval_seconds(settings)}
 
 
@@ -74,7 +75,7 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     """Every maintenance task on its schedule, routed to the maintenance queue; stale interval sends expire."""
     s = settings.schedule
     crons = {CONSOLIDATE_ALL: s.consolidate.cron, DECAY_SWEEP: s.decay_sweep.cron,
-             EPISODE_CLEANUP: s.episode_cleanup.cron}
+             EPISODE_CLEANUP: s.episode_cleanup.cron, EVENT_PARTITIONS: s.event_partitions.cron}
     entries: dict[str, dict[str, Any]] = {
         task: {"task": task, "schedule": parse_cron(cron), "options": {"queue": MAINTENANCE_QUEUE}}
         for task, cron in crons.items()

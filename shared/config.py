@@ -176,6 +176,8 @@ class ScheduleSettings(_Section):
     consolidate: ScheduleEntry = ScheduleEntry(cron="0 */6 * * *", prompt="Run memory consolidation")
     decay_sweep: ScheduleEntry = ScheduleEntry(cron="0 3 * * *", prompt="Run confidence decay sweep")
     episode_cleanup: ScheduleEntry = ScheduleEntry(cron="0 4 * * *", prompt="Expire old episodes")
+    # Not in the seed: memory_events' monthly partitions are created ahead and dropped past their retention.
+    event_partitions: ScheduleEntry = ScheduleEntry(cron="30 4 * * *", prompt="Maintain event partitions")
     # Not in the seed: bursts must not wait 6 h, and lost messages must be re-sent.
     backlog_trigger_seconds: float = Field(30, gt=0)
     redelivery_sweep_seconds: float = Field(15, gt=0)
@@ -187,6 +189,10 @@ class ScheduleSettings(_Section):
     # Dead letters (episodes and write intents) outlive the episode TTL: they wait this long (from acceptance)
     # for a redrive or an explicit drop, then the episode cleanup deletes them.
     dead_letters_retention_days: float = Field(30, gt=0)
+    # memory_events months wholly older than this are dropped (a partition at a time); 0 keeps every month.
+    events_retention_days: float = Field(0, ge=0)
+    # Monthly events partitions kept ready beyond the current month (a missed month lands in the DEFAULT one).
+    events_partitions_ahead_months: int = Field(3, ge=1, le=24)
 
 
 class ConsolidationSettings(_Section):

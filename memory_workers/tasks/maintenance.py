@@ -15,7 +15,7 @@ from typing import Any
 from memory_workers.app import app
 from memory_workers.enqueue import wake_apply, wake_consolidate
 from memory_workers.schedule import (
-    BACKLOG_TRIGGER, CONSOLIDATE_ALL, DECAY_SWEEP, EPISODE_CLEANUP, PUBLISHED_AT_HEADER, REDELIVERY_SWEEP, tick_id,
+    BACKLOG_TRIGGER, CONSOLIDATE_ALL, DECAY_SWEEP, EPISODE_CLEANUP, EVENT_PARTITIONS, PUBLISHED_AT_HEADER, REDELIVERY_SWEEP, tick_id,
 )
 from memory_workers.tasks import Runtime, runtime
 from shared import intake, maintenance, stats
@@ -114,6 +114,13 @@ def episode_cleanup(self: Any, tick: str | None = None) -> dict[str, Any]:
     """Delete expired episodes and enforce max_entries (consolidated ones only), once per tick."""
     return run_ticked(EPISODE_CLEANUP, self.request, tick,
                       lambda rt, now: maintenance.episode_cleanup(rt.engine, now=now, settings=rt.settings))
+
+
+@app.task(name=EVENT_PARTITIONS, bind=True)
+def event_partitions(self: Any, tick: str | None = None) -> dict[str, Any]:
+    """Create memory_events' partitions ahead and drop the months past their retention, once per tick."""
+    return run_ticked(EVENT_PARTITIONS, self.request, tick,
+                      lambda rt, now: maintenance.event_partitions(rt.engine, now=now, settings=rt.settings))
 
 
 @app.task(name=BACKLOG_TRIGGER, bind=True)

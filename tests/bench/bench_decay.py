@@ -3,6 +3,7 @@
     python tests/bench/bench_decay.py --facts 1000000 [--batch 5000] [--database-url URL] [--keep]
     python tests/bench/bench_decay.py --facts 200000 --batch 1000,5000,20000 --probe   # choose DECAY_BATCH
     python tests/bench/bench_decay.py --facts 0 --episodes 200000 --batch 1000,5000   # choose CLEANUP_BATCH
+    python tests/bench/bench_decay.py --facts 0 --events 2000000   # events cleanup: partition drop vs row DELETE
 
 Without --database-url it creates a throwaway database on the embedded PostgreSQL (.memory-butler/bench-pgdata).
 Confirm ages are uniform in [0, 60) days and permanence follows a plausible mix, so about a tenth of the
@@ -26,9 +27,9 @@ from sqlalchemy import Engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from shared import maintenance  # noqa: E402
+from shared import maintenance, partitions  # noqa: E402
 from shared.config import load_settings  # noqa: E402
-from tests.bench.common import bench_engine  # noqa: E402
+from tests.bench.common import bench_engine, reference_line  # noqa: E402
 
 NOW = datetime(2026, 6, 1, 3, 0, tzinfo=UTC)
 VEC = "[" + ",".join(["0.1"] * 384) + "]"
@@ -103,6 +104,46 @@ def cleanup(engine: Engine, n: int, batch: int) -> None:
           f"= {deleted / seconds:,.0f} rows/s: {summary}", flush=True)
 
 
+# Events spread evenly over the 12 months before NOW, over the bench tenants.
+EVENTS_SQL = """
+INSERT INTO memory_events (tenant_id, event_type, entity_type, entity_id, occurred_at, actor, payload)
+SELECT 'bench-' || (g % :tenants), 'fact.stored', 'fact', gen_random_uuid(),
+       CAST(:now AS timestamptz) - (g % 365) * interval '1 day' - interval '1 hour', 'bench',
+       jsonb_build_object('seq', g, 'content', 'bench event ' || g)
+FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) g"""
+
+
+def events_cleanup(engine: Engine, n: int, chunk: int = 200_000) -> None:
+    """Load n events over a year; time a row DELETE of the months past a 180-day retention (rolled back, trigger
+    off: what a row-wise cleanup would cost) against the partition task dropping the same months."""
+    with engine.begin() as conn:
+        for month in range(13):
+            partitions.create_month(conn, month=partitions.add_months(partitions.month_start(NOW), -month))
+    for first in range(1, n + 1, chunk):
+        with engine.begin() as conn:
+            conn.execute(text(EVENTS_SQL), {"tenants": TENANTS, "now": NOW, "first": first,
+                                            "last": min(n, first + chunk - 1)})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE memory_events"))
+    settings = load_settings(schedule={"events_retention_days": 180})
+    with engine.connect() as conn:
+        names = partitions.expired(partitions.existing(conn), now=NOW, retention_days=180)
+    bounds = {"hi": partitions.add_months(partitions.partition_month(names[-1]), 1)}
+    with engine.connect() as conn:
+        tx = conn.begin()
+        conn.execute(text("ALTER TABLE memory_events DISABLE TRIGGER trg_memory_events_append_only"))
+        started = time.monotonic()
+        rows = conn.execute(text("DELETE FROM memory_events WHERE occurred_at < :hi"), bounds).rowcount
+        deleted_in = time.monotonic() - started
+        tx.rollback()
+    started = time.monotonic()
+    summary = maintenance.event_partitions(engine, now=NOW, settings=settings)
+    dropped_in = time.monotonic() - started
+    print(f"events cleanup: {rows:,} of {n:,} events past 180 days: row DELETE {deleted_in:.1f} s "
+          f"({rows / deleted_in:,.0f} rows/s); partition drop of {len(summary['dropped'])} months {dropped_in:.2f} s: "
+          f"{summary}", flush=True)
+
+
 def reset(engine: Engine) -> None:
     """Put every fact back to active and drop the sweep's events, so another batch size sees the same work."""
     with engine.begin() as conn:
@@ -152,17 +193,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--facts", type=int, default=1_000_000)
     parser.add_argument("--batch", default=str(maintenance.DECAY_BATCH), help="one size, or several: 1000,5000")
     parser.add_argument("--episodes", type=int, default=0, help="also time episode_cleanup on this many")
+    parser.add_argument("--events", type=int, default=0, help="also time the events cleanup on this many")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the throwaway database")
     parser.add_argument("--probe", action="store_true", help="also time single batches per size, rolled back")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     sizes = [int(b) for b in args.batch.split(",")]
+    print(reference_line(), flush=True)
     with bench_engine(args.database_url, keep=args.keep) as engine:
         ensure_tenants(engine)
         for size in sizes if args.episodes else ():
             load_episodes(engine, args.episodes)
             cleanup(engine, args.episodes, size)
+        if args.events:
+            events_cleanup(engine, args.events)
         if not args.facts:
             return 0
         print(f"loading {args.facts:,} facts ...", flush=True)

@@ -39,9 +39,12 @@ def embedder() -> SpyEmbedder:
 
 
 def tenant_tables(engine: Any) -> list[str]:
-    """Every table of the schema with a tenant_id column (a table added later is checked without editing this)."""
-    return [t for (t,) in rows(engine, "SELECT table_name FROM information_schema.columns WHERE table_schema = "
-                                       "'public' AND column_name = 'tenant_id' ORDER BY table_name")
+    """Every table of the schema with a tenant_id column (a table added later is checked without editing this);
+    a partitioned table counts once, through its parent (memory_events' monthly partitions)."""
+    return [t for (t,) in rows(engine, "SELECT c.table_name FROM information_schema.columns c JOIN pg_class p ON "
+                                       "p.relname = c.table_name AND p.relnamespace = 'public'::regnamespace "
+                                       "WHERE c.table_schema = 'public' AND c.column_name = 'tenant_id' "
+                                       "AND NOT p.relispartition ORDER BY c.table_name")
             if t not in OUTSIDE_THE_TENANT]
 
 

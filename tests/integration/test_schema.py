@@ -157,3 +157,20 @@ def test_migration_round_trip_on_an_empty_database(empty_database_url):
     engine.dispose()
     db.migrate(empty_database_url)
     assert db.current_revision(empty_database_url) is not None
+
+
+def test_fact_and_rule_vectors_index_only_live_rows_and_reads_still_use_them(conn):
+    # given the schema: the facts' and rules' HNSW indexes hold only active and fading rows, so a row the decay
+    # sweep expires (or a supersession, a retraction) is not inserted into the graph again
+    for table in ("facts", "rules"):
+        indexdef = conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
+                                {"n": f"idx_{table}_embedding"}).scalar_one()
+        assert "USING hnsw" in indexdef and "WHERE (validity = ANY (ARRAY['active'::text, 'fading'::text]))" in indexdef
+        # when a nearest-neighbour search filters on live rows, as every read and dedup lookup does (their tenant
+        # filter is left out here: on an empty test table the planner would rather scan the tenant's btree)
+        conn.execute(text("SET LOCAL enable_sort = off"))  # only an ordered index scan can serve it then
+        plan = "\n".join(conn.execute(text(
+            f"EXPLAIN SELECT id FROM {table} x WHERE x.validity IN ('active', 'fading') "
+            f"ORDER BY x.embedding <=> CAST(:v AS vector) LIMIT 5"), {"v": ZERO_VEC}).scalars())
+        # then the planner proves the index's predicate and uses it
+        assert f"idx_{table}_embedding" in plan, plan

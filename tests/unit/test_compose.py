@@ -155,7 +155,8 @@ def test_dockerfile_installs_cpu_torch_then_the_project():
 
 
 # Written as one inline table each ({ cron = ..., prompt = ... }), so documented as one key.
-SCHEDULE_ENTRIES = {"schedule.consolidate", "schedule.decay_sweep", "schedule.episode_cleanup"}
+SCHEDULE_ENTRIES = {"schedule.consolidate", "schedule.decay_sweep", "schedule.episode_cleanup",
+                    "schedule.event_partitions"}
 
 
 def _keys(model: type[BaseModel], prefix: str = "") -> set[str]:
