@@ -358,7 +358,8 @@ def event_partitions(engine: Engine, *, now: datetime, settings: Settings) -> di
         started = time.monotonic()
         result = {**partitions.maintain(engine, now=now, settings=settings),
                   "seconds": round(time.monotonic() - started, 3)}
-        log.info("event_partitions done", extra=result)
+        # "created" is a LogRecord attribute: the months go under other names
+        log.info("event_partitions done", extra={f"partitions_{k}": v for k, v in result.items()})
         return result
 
 

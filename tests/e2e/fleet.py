@@ -43,6 +43,7 @@ HELD_LOCKS_SQL = text("""
 SELECT l.classid::bigint AS classid, l.objid::bigint AS objid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND a.client_addr = CAST(:addr AS inet)
 """)
+APPLIED_SQL = text("SELECT 1 FROM memory_events WHERE event_type = 'episode.stored' AND actor LIKE :actor LIMIT 1")
 BACKENDS_SQL = text("SELECT count(*) FROM pg_stat_activity WHERE client_addr = CAST(:addr AS inet)")
 
 
@@ -217,10 +218,18 @@ class Fleet:
                        "still_running": left, "partition": False}
 
     def _wait_holding(self, host: str) -> list[tuple[int, int]]:
+        """Once the host has applied work (so the drill shows both hosts served before it) and holds a lock now."""
         deadline, held = time.monotonic() + MID_WORK_S, []
+        while time.monotonic() < deadline and not self.applied_by(host):
+            time.sleep(0.05)
         while time.monotonic() < deadline and not held:
             held = self.held_locks(host)
         return held
+
+    def applied_by(self, host: str) -> bool:
+        """Whether a write applied by ``host``'s worker has committed."""
+        with self.engine.connect() as conn:
+            return conn.execute(APPLIED_SQL, {"actor": f"worker:{host}@%"}).first() is not None
 
     def _partition(self, host: str) -> None:
         """Cut the link while the host holds a lock, as PostgreSQL sees it after the cut (a COMMIT may have slipped
