@@ -32,14 +32,21 @@ iproute() {
     if command -v ip >/dev/null 2>&1; then
         return
     fi
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "==> installing iproute2 (for the multi-host test's network namespaces)"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq </dev/null
-        apt-get install -y -qq --no-install-recommends iproute2 </dev/null >/dev/null
-    else
+    apt_install "iproute2" "for the multi-host test's network namespaces" ||
         echo "==> ip (iproute2) not found; tests/e2e/test_hosts.py will skip (it also needs root)" >&2
+}
+
+# Debian packages, as root with apt-get: apt_install "<packages>" "<what for>"; returns 1 where it cannot.
+apt_install() {
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        return 1
     fi
+    echo "==> installing $1 ($2)"
+    export DEBIAN_FRONTEND=noninteractive
+    # A failing apt-get stops the install, as anywhere else here (set -e does not reach into an `if` condition).
+    apt-get update -qq </dev/null || exit 1
+    # shellcheck disable=SC2086 - several packages in one word
+    apt-get install -y -qq --no-install-recommends $1 </dev/null >/dev/null || exit 1
 }
 
 # The dashboard's browser tests (tests/browser) drive Debian's headless Chromium through chromedriver.
@@ -47,12 +54,7 @@ browser() {
     if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
         return
     fi
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "==> installing chromium and chromium-driver (for the dashboard's browser tests)"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq </dev/null
-        apt-get install -y -qq --no-install-recommends chromium chromium-driver </dev/null >/dev/null
-    else
+    if ! apt_install "chromium chromium-driver" "for the dashboard's browser tests"; then
         echo "==> chromium / chromedriver not found and cannot install them here (needs root and apt-get):" >&2
         echo "    sudo apt-get install chromium chromium-driver   # else the browser tests are skipped (failed under CI=true)" >&2
     fi
@@ -64,11 +66,7 @@ alert_tools() {
     if command -v promtool >/dev/null 2>&1; then
         return
     fi
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "==> installing prometheus (for promtool: the alert rules' tests)"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq </dev/null
-        apt-get install -y -qq --no-install-recommends prometheus </dev/null >/dev/null
+    if apt_install "prometheus" "for promtool: the alert rules' tests"; then
         if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
             systemctl disable --now prometheus >/dev/null 2>&1 || true
         fi

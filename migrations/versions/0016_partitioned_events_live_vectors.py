@@ -32,6 +32,16 @@ AHEAD_MONTHS = 3
 
 COLUMNS = "id, tenant_id, event_type, entity_type, entity_id, occurred_at, actor, request_id, payload"
 
+# memory_events' columns after its id, as 0001 made them (the same both ways of this migration).
+EVENT_COLUMNS = """    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    event_type TEXT NOT NULL,
+    entity_type TEXT NOT NULL,
+    entity_id UUID,
+    occurred_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+    actor TEXT NOT NULL,
+    request_id TEXT,
+    payload JSONB NOT NULL DEFAULT '{}'"""
+
 TRIGGER = """
 CREATE TRIGGER trg_memory_events_append_only BEFORE UPDATE OR DELETE ON memory_events
     FOR EACH ROW EXECUTE FUNCTION memory_events_append_only();"""
@@ -55,14 +65,7 @@ ALTER SEQUENCE memory_events_id_seq RENAME TO memory_events_unpartitioned_id_seq
 CREATE SEQUENCE memory_events_id_seq AS bigint;
 CREATE TABLE memory_events (
     id BIGINT NOT NULL DEFAULT nextval('memory_events_id_seq'),
-    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
-    event_type TEXT NOT NULL,
-    entity_type TEXT NOT NULL,
-    entity_id UUID,
-    occurred_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
-    actor TEXT NOT NULL,
-    request_id TEXT,
-    payload JSONB NOT NULL DEFAULT '{{}}'
+{EVENT_COLUMNS}
 ) PARTITION BY RANGE (occurred_at);
 ALTER SEQUENCE memory_events_id_seq OWNED BY memory_events.id;
 CREATE TABLE memory_events_default PARTITION OF memory_events DEFAULT;
@@ -104,14 +107,7 @@ ALTER INDEX memory_events_pkey RENAME TO memory_events_partitioned_pkey;
 
 CREATE TABLE memory_events (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
-    event_type TEXT NOT NULL,
-    entity_type TEXT NOT NULL,
-    entity_id UUID,
-    occurred_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
-    actor TEXT NOT NULL,
-    request_id TEXT,
-    payload JSONB NOT NULL DEFAULT '{{}}'
+{EVENT_COLUMNS}
 );
 INSERT INTO memory_events ({COLUMNS}) OVERRIDING SYSTEM VALUE SELECT {COLUMNS} FROM memory_events_partitioned;
 SELECT setval(pg_get_serial_sequence('memory_events', 'id'),
