@@ -63,8 +63,14 @@ Memory Butler is the shared long-term memory of your butler fleet.
 
 def build_server(services: Services) -> MCPServer:
     """The MCP server with every tool; its lifespan opens the process's resources."""
-    return MCPServer("memory-butler", title="Memory Butler", instructions=INSTRUCTIONS, version="0.1.0",
-                     tools=build_tools(), lifespan=services.lifespan)
+    return MCPServer(
+        "memory-butler",
+        title="Memory Butler",
+        instructions=INSTRUCTIONS,
+        version="0.1.0",
+        tools=build_tools(),
+        lifespan=services.lifespan,
+    )
 
 
 class TokenCache:
@@ -74,8 +80,14 @@ class TokenCache:
     then the oldest half), never the valid entries that spare the database a look-up per call.
     """
 
-    def __init__(self, *, ttl: float = TOKEN_TTL_S, negative_ttl: float = NEGATIVE_TTL_S,
-                 max_entries: int = MAX_CACHED_TOKENS, max_negative: int = MAX_NEGATIVE_TOKENS) -> None:
+    def __init__(
+        self,
+        *,
+        ttl: float = TOKEN_TTL_S,
+        negative_ttl: float = NEGATIVE_TTL_S,
+        max_entries: int = MAX_CACHED_TOKENS,
+        max_negative: int = MAX_NEGATIVE_TOKENS,
+    ) -> None:
         self.ttl, self.negative_ttl = ttl, negative_ttl
         self.max_entries, self.max_negative = max_entries, max_negative
         self._valid: dict[str, tuple[Principal, float]] = {}
@@ -115,7 +127,7 @@ def _bounded(entries: dict[str, Any], cap: int, now: float, expiry: Callable[[An
         return entries
     live = {k: v for k, v in entries.items() if expiry(v) > now}
     if len(live) >= cap:
-        live = dict(list(live.items())[len(live) // 2:])
+        live = dict(list(live.items())[len(live) // 2 :])
     return live
 
 
@@ -144,7 +156,8 @@ class BearerAuth:
             return
         if principal.is_operator and scope["path"] != "/metrics":  # an operator reads the fleet's health only
             await _deny(403, "an operator token reads /metrics only; memory needs a butler or admin token")(
-                scope, receive, send)
+                scope, receive, send
+            )
             return
         scope[PRINCIPAL_SCOPE_KEY] = principal
         await self.app(scope, receive, send)
@@ -162,8 +175,7 @@ class BearerAuth:
             with unit_of_work(engine) as conn:
                 return resolve_token(conn, token=token)
 
-        principal = await self.services.in_thread(resolve, deadline=AUTH_DEADLINE_S,
-                                                  limiter=self.services.auth_limiter)
+        principal = await self.services.in_thread(resolve, deadline=AUTH_DEADLINE_S, limiter=self.services.auth_limiter)
         self.cache.put(key, principal)
         return principal
 
@@ -179,8 +191,9 @@ def _bearer(scope: Scope) -> str | None:
 def _deny(status: int, message: str, *, retryable: bool = False) -> Response:
     code = {401: "unauthorized", 403: "permission_denied", 503: "unavailable"}[status]
     headers = {"WWW-Authenticate": 'Bearer realm="memory-butler"'} if status == 401 else None
-    return JSONResponse({"error": code, "message": message, "retryable": retryable}, status_code=status,
-                        headers=headers)
+    return JSONResponse(
+        {"error": code, "message": message, "retryable": retryable}, status_code=status, headers=headers
+    )
 
 
 def _healthz(services: Services) -> Callable[[Request], Awaitable[Response]]:
@@ -205,8 +218,11 @@ def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
     async def metrics(request: Request) -> Response:
         principal: Principal = request.scope[PRINCIPAL_SCOPE_KEY]
         if not (principal.is_admin or principal.is_operator):
-            return _deny(403, "/metrics needs an admin token (its tenant's gauges) or an operator token (every "
-                              "tenant's, and the maintenance runs)")
+            return _deny(
+                403,
+                "/metrics needs an admin token (its tenant's gauges) or an operator token (every "
+                "tenant's, and the maintenance runs)",
+            )
         from memory_workers.enqueue import maintenance_periods, queue_depths  # the workers' enqueue surface
 
         engine, settings = services.engine, services.settings
@@ -217,8 +233,9 @@ def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
                 rows = shared_stats.gauges(conn, now=utcnow(), tenant_id=None if fleet else principal.tenant_id)
                 families = telemetry.key_families(rows)
                 if fleet:
-                    families += telemetry.maintenance_families(shared_stats.maintenance_times(conn),
-                                                               maintenance_periods(settings))
+                    families += telemetry.maintenance_families(
+                        shared_stats.maintenance_times(conn), maintenance_periods(settings)
+                    )
                     families += telemetry.fleet_families(queue_depths=None, db=shared_stats.db_connections(conn))
                 return families
 
@@ -235,8 +252,9 @@ def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
                 log.warning("queue depths not read: the broker did not answer")
         families += telemetry.front_families(database_up=up, pool_checked_out=engine.pool.checkedout())
         if services.batcher is not None:
-            families += telemetry.query_batcher_families(batches=services.batcher.batches,
-                                                         texts=services.batcher.embedded)
+            families += telemetry.query_batcher_families(
+                batches=services.batcher.batches, texts=services.batcher.embedded
+            )
         if fleet:  # replicas are the fleet's, not a tenant's
             families += telemetry.replica_families(services.plane.statuses() if services.plane else [])
         return Response(body + telemetry.scrape_text(families), media_type=telemetry.CONTENT_TYPE)
@@ -254,8 +272,13 @@ def build_app(settings: Settings, *, database_url: str | None = None, token_ttl:
     server = build_server(services)
     server.custom_route("/healthz", methods=["GET"])(_healthz(services))
     server.custom_route("/metrics", methods=["GET"])(_metrics(services))
-    app = server.streamable_http_app(streamable_http_path="/mcp", stateless_http=True, json_response=True,
-                                     host=settings.api.host, max_request_body_size=_max_body(settings))
+    app = server.streamable_http_app(
+        streamable_http_path="/mcp",
+        stateless_http=True,
+        json_response=True,
+        host=settings.api.host,
+        max_request_body_size=_max_body(settings),
+    )
     app.router.routes.extend(dashboard.routes())  # the dashboard's /api and web UI (memory_api/dashboard)
     services.token_cache = TokenCache(ttl=token_ttl)
     app.add_middleware(BearerAuth, services=services, cache=services.token_cache)

@@ -172,10 +172,13 @@ def _serve_metrics(sender: str | None = None, **_: Any) -> None:
 
     directory = settings.workers.metrics_dir or settings.data_dir / "worker-metrics" / (sender or "worker")
     telemetry.enable_multiprocess(directory)
-    telemetry.serve_worker_metrics(host=settings.workers.metrics_host, port=settings.workers.metrics_port,
-                                   directory=directory)
-    log.info("worker metrics served", extra={"host": settings.workers.metrics_host,
-                                              "port": settings.workers.metrics_port, "dir": str(directory)})
+    telemetry.serve_worker_metrics(
+        host=settings.workers.metrics_host, port=settings.workers.metrics_port, directory=directory
+    )
+    log.info(
+        "worker metrics served",
+        extra={"host": settings.workers.metrics_host, "port": settings.workers.metrics_port, "dir": str(directory)},
+    )
 
 
 @worker_init.connect

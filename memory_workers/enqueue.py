@@ -41,8 +41,9 @@ PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 def queue_depths(settings: Settings) -> dict[str, int]:
     """Messages waiting in each shard queue and the maintenance queue (LLEN; one round trip), or Unavailable."""
     queues = [*shard_queues(settings.workers.shard_count), MAINTENANCE_QUEUE]
-    client = redis.Redis.from_url(redis_url(settings), socket_connect_timeout=CONNECT_TIMEOUT_S,
-                                  socket_timeout=SOCKET_TIMEOUT_S)
+    client = redis.Redis.from_url(
+        redis_url(settings), socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
+    )
     try:
         with client.pipeline(transaction=False) as pipe:
             for queue in queues:
@@ -54,7 +55,7 @@ def queue_depths(settings: Settings) -> dict[str, int]:
     finally:
         client.close()
     n = len(PRIORITY_SUFFIXES)
-    return {queue: sum(lengths[i * n:(i + 1) * n]) for i, queue in enumerate(queues)}
+    return {queue: sum(lengths[i * n : (i + 1) * n]) for i, queue in enumerate(queues)}
 
 
 def payload(tenant_id: str, butler: str) -> dict[str, str]:
@@ -65,14 +66,25 @@ def payload(tenant_id: str, butler: str) -> dict[str, str]:
 def connect(settings: Settings) -> Connection:
     """A broker connection for publishing that gives up after about a second instead of retrying."""
     return app.connection_for_write(
-        url=redis_url(settings), connect_timeout=CONNECT_TIMEOUT_S,
-        transport_options={"socket_connect_timeout": CONNECT_TIMEOUT_S, "socket_timeout": SOCKET_TIMEOUT_S,
-                           "max_retries": 0},
+        url=redis_url(settings),
+        connect_timeout=CONNECT_TIMEOUT_S,
+        transport_options={
+            "socket_connect_timeout": CONNECT_TIMEOUT_S,
+            "socket_timeout": SOCKET_TIMEOUT_S,
+            "max_retries": 0,
+        },
     )
 
 
-def publish(task_name: str, tenant_id: str, butler: str, *, settings: Settings | None = None,
-            connection: Connection | None = None, countdown: float | None = None) -> None:
+def publish(
+    task_name: str,
+    tenant_id: str,
+    butler: str,
+    *,
+    settings: Settings | None = None,
+    connection: Connection | None = None,
+    countdown: float | None = None,
+) -> None:
     """Send ``task_name`` for one shard key to its shard queue, once (run no sooner than ``countdown`` seconds
     from now, if given), or raise Unavailable."""
     settings = settings or current_settings()
@@ -87,10 +99,18 @@ def publish(task_name: str, tenant_id: str, butler: str, *, settings: Settings |
         raise Unavailable(f"broker unavailable, {task_name} for {tenant_id}/{butler} not sent: {exc}") from exc
 
 
-def _send(conn: Connection, task_name: str, tenant_id: str, butler: str, queue: str,
-          countdown: float | None = None) -> None:
-    app.send_task(task_name, kwargs=payload(tenant_id, butler), queue=queue, producer=app.amqp.Producer(conn),
-                  retry=False, ignore_result=True, countdown=countdown)
+def _send(
+    conn: Connection, task_name: str, tenant_id: str, butler: str, queue: str, countdown: float | None = None
+) -> None:
+    app.send_task(
+        task_name,
+        kwargs=payload(tenant_id, butler),
+        queue=queue,
+        producer=app.amqp.Producer(conn),
+        retry=False,
+        ignore_result=True,
+        countdown=countdown,
+    )
 
 
 def register_tasks() -> None:
@@ -99,8 +119,9 @@ def register_tasks() -> None:
     app.loader.import_default_modules()
 
 
-def wake_apply(tenant_id: str, butler: str, *, settings: Settings | None = None,
-               countdown: float | None = None) -> None:
+def wake_apply(
+    tenant_id: str, butler: str, *, settings: Settings | None = None, countdown: float | None = None
+) -> None:
     """Ask a worker to apply the key's pending write intents (after the intents committed), now or in
     ``countdown`` seconds (a key waiting out a retry backoff). A lost delayed wake-up is re-sent by the sweep."""
     publish(APPLY_TASK, tenant_id, butler, settings=settings, countdown=countdown)
@@ -196,8 +217,10 @@ class Publisher:
                 lost = len(batch) - done
                 self._count("failed", lost)
                 self._backoff = min(max(self._backoff * 2, 0.5), MAX_BACKOFF_S)
-                log.warning("wake-ups not published; the redelivery sweep will re-send them",
-                            extra={"lost": lost, "retry_in_s": self._backoff, "error": str(exc)})
+                log.warning(
+                    "wake-ups not published; the redelivery sweep will re-send them",
+                    extra={"lost": lost, "retry_in_s": self._backoff, "error": str(exc)},
+                )
                 return
             self._count("published")
             self._backoff = 0.0

@@ -33,8 +33,8 @@ PUBLISHED_AT_HEADER = "memory_butler_published_at"
 # every beat_max_loop_interval and takes over once the holder has not extended it for redbeat_lock_timeout.
 BEAT_CONFIG: dict[str, Any] = {
     "beat_scheduler": "redbeat.RedBeatScheduler",
-    "beat_max_loop_interval": 5,       # also how often the lock holder extends its lock
-    "redbeat_lock_timeout": 30,        # failover within 30 s of a dead holder (6 missed extensions)
+    "beat_max_loop_interval": 5,  # also how often the lock holder extends its lock
+    "redbeat_lock_timeout": 30,  # failover within 30 s of a dead holder (6 missed extensions)
     "redbeat_key_prefix": "memory-butler:redbeat:",
 }
 
@@ -53,37 +53,51 @@ def parse_cron(expr: str) -> crontab:
     if len(fields) != 5:
         raise ValueError(f"cron must have 5 fields (minute hour day month weekday), got {expr!r}")
     minute, hour, day_of_month, month_of_year, day_of_week = fields
-    return crontab(minute=minute, hour=hour, day_of_month=day_of_month, month_of_year=month_of_year,
-                   day_of_week=day_of_week)
+    return crontab(
+        minute=minute, hour=hour, day_of_month=day_of_month, month_of_year=month_of_year, day_of_week=day_of_week
+    )
 
 
 def interval_seconds(settings: Settings) -> dict[str, float]:
     """The period of each interval task."""
-    return {BACKLOG_TRIGGER: settings.schedule.backlog_trigger_seconds,
-            REDELIVERY_SWEEP: settings.schedule.redelivery_sweep_seconds}
+    return {
+        BACKLOG_TRIGGER: settings.schedule.backlog_trigger_seconds,
+        REDELIVERY_SWEEP: settings.schedule.redelivery_sweep_seconds,
+    }
 
 
 def maintenance_periods(settings: Settings) -> dict[str, float]:
     """Each maintenance task's longest gap between scheduled runs, in seconds (/metrics' period gauges)."""
     s = settings.schedule
-    crons = {CONSOLIDATE_ALL: s.consolidate.cron, DECAY_SWEEP: s.decay_sweep.cron,
-             EPISODE_CLEANUP: s.episode_cleanup.cron, EVENT_PARTITIONS: s.event_partitions.cron}
+    crons = {
+        CONSOLIDATE_ALL: s.consolidate.cron,
+        DECAY_SWEEP: s.decay_sweep.cron,
+        EPISODE_CLEANUP: s.episode_cleanup.cron,
+        EVENT_PARTITIONS: s.event_partitions.cron,
+    }
     return {**{task: period_seconds(cron) for task, cron in crons.items()}, **interval_seconds(settings)}
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     """Every maintenance task on its schedule, routed to the maintenance queue; stale interval sends expire."""
     s = settings.schedule
-    crons = {CONSOLIDATE_ALL: s.consolidate.cron, DECAY_SWEEP: s.decay_sweep.cron,
-             EPISODE_CLEANUP: s.episode_cleanup.cron, EVENT_PARTITIONS: s.event_partitions.cron}
+    crons = {
+        CONSOLIDATE_ALL: s.consolidate.cron,
+        DECAY_SWEEP: s.decay_sweep.cron,
+        EPISODE_CLEANUP: s.episode_cleanup.cron,
+        EVENT_PARTITIONS: s.event_partitions.cron,
+    }
     entries: dict[str, dict[str, Any]] = {
         task: {"task": task, "schedule": parse_cron(cron), "options": {"queue": MAINTENANCE_QUEUE}}
         for task, cron in crons.items()
     }
     for task, period in interval_seconds(settings).items():
         # A trigger older than its period is superseded by the next one; no point running a backlog of them.
-        entries[task] = {"task": task, "schedule": schedule(run_every=timedelta(seconds=period)),
-                         "options": {"queue": MAINTENANCE_QUEUE, "expires": max(1.0, period)}}
+        entries[task] = {
+            "task": task,
+            "schedule": schedule(run_every=timedelta(seconds=period)),
+            "options": {"queue": MAINTENANCE_QUEUE, "expires": max(1.0, period)},
+        }
     return entries
 
 

@@ -24,16 +24,25 @@ TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
 # Columns every hit needs for scoring; type-specific ones are NULL for the others.
 _SHARED = "x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, "
 COLUMNS = {
-    "episode": _SHARED + ("x.session_id, x.occurred_at, NULL::text AS scope, x.butler, NULL::text AS subject, NULL::text AS predicate, "
-                          "NULL::text AS permanence, NULL::text AS validity, NULL::text AS maturity, "
-                          "NULL::float8 AS confidence, NULL::float8 AS decay_rate, "
-                          "NULL::timestamptz AS last_confirmed_at, NULL::float8 AS effectiveness_score"),
-    "fact": _SHARED + ("NULL::uuid AS session_id, NULL::timestamptz AS occurred_at, x.scope, NULL::text AS butler, x.subject, x.predicate, x.permanence, x.validity, "
-                       "NULL::text AS maturity, x.confidence, x.decay_rate, x.last_confirmed_at, "
-                       "NULL::float8 AS effectiveness_score"),
-    "rule": _SHARED + ("NULL::uuid AS session_id, NULL::timestamptz AS occurred_at, x.scope, NULL::text AS butler, NULL::text AS subject, NULL::text AS predicate, x.permanence, "
-                       "x.validity, x.maturity, x.confidence, x.decay_rate, x.last_confirmed_at, "
-                       "x.effectiveness_score"),
+    "episode": _SHARED
+    + (
+        "x.session_id, x.occurred_at, NULL::text AS scope, x.butler, NULL::text AS subject, NULL::text AS predicate, "
+        "NULL::text AS permanence, NULL::text AS validity, NULL::text AS maturity, "
+        "NULL::float8 AS confidence, NULL::float8 AS decay_rate, "
+        "NULL::timestamptz AS last_confirmed_at, NULL::float8 AS effectiveness_score"
+    ),
+    "fact": _SHARED
+    + (
+        "NULL::uuid AS session_id, NULL::timestamptz AS occurred_at, x.scope, NULL::text AS butler, x.subject, x.predicate, x.permanence, x.validity, "
+        "NULL::text AS maturity, x.confidence, x.decay_rate, x.last_confirmed_at, "
+        "NULL::float8 AS effectiveness_score"
+    ),
+    "rule": _SHARED
+    + (
+        "NULL::uuid AS session_id, NULL::timestamptz AS occurred_at, x.scope, NULL::text AS butler, NULL::text AS subject, NULL::text AS predicate, x.permanence, "
+        "x.validity, x.maturity, x.confidence, x.decay_rate, x.last_confirmed_at, "
+        "x.effectiveness_score"
+    ),
 }
 
 # An OR over the query's own lexemes: websearch_to_tsquery would require every term.
@@ -49,12 +58,12 @@ class Filter:
     """Which rows a read may see."""
 
     tenant_id: str
-    scopes: tuple[str, ...] | None      # facts/rules; None = every scope (admin)
-    butlers: tuple[str, ...] | None     # episodes; None = every butler (admin)
-    min_confidence: float | None        # facts/rules: effective confidence floor; None = no floor
+    scopes: tuple[str, ...] | None  # facts/rules; None = every scope (admin)
+    butlers: tuple[str, ...] | None  # episodes; None = every butler (admin)
+    min_confidence: float | None  # facts/rules: effective confidence floor; None = no floor
     now: datetime
-    since: datetime | None = None       # episodes: occurred_at >= since
-    until: datetime | None = None       # episodes: occurred_at < until
+    since: datetime | None = None  # episodes: occurred_at >= since
+    until: datetime | None = None  # episodes: occurred_at < until
 
 
 def _where(kind: str, f: Filter, params: dict[str, Any]) -> str:
@@ -68,8 +77,9 @@ def _where(kind: str, f: Filter, params: dict[str, Any]) -> str:
     if _floor(f):
         params["min_confidence"] = f.min_confidence
     bounds = (kind == "episode" and f.since is not None, kind == "episode" and f.until is not None)
-    params.update({name: value for name, value, on in (("since", f.since, bounds[0]), ("until", f.until, bounds[1]))
-                   if on})
+    params.update(
+        {name: value for name, value, on in (("since", f.since, bounds[0]), ("until", f.until, bounds[1])) if on}
+    )
     return _where_sql(kind, f.scopes is not None, f.butlers is not None, _floor(f), *bounds)
 
 
@@ -78,8 +88,9 @@ def _floor(f: Filter) -> bool:
 
 
 @lru_cache(maxsize=64)
-def _where_sql(kind: str, by_scope: bool, by_butler: bool, floor: bool, since: bool = False,
-               until: bool = False) -> str:
+def _where_sql(
+    kind: str, by_scope: bool, by_butler: bool, floor: bool, since: bool = False, until: bool = False
+) -> str:
     clauses = ["x.tenant_id = :tenant_id"]
     if kind == "episode":
         clauses += ["x.forgotten_at IS NULL", "x.expires_at > :now"]
@@ -103,10 +114,12 @@ def read_settings(*, pool: int, timeout_ms: int, generic_plans: bool = False) ->
     planning: right for :func:`gather`, whose plan is fixed by its shape (the scope size picks the shape, not the
     planner), measured 1.5 ms less per statement; not for ad-hoc reads whose best plan depends on the values.
     """
-    return (f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}; "
-            f"SET LOCAL hnsw.ef_search = {max(40, min(int(pool), 1000))}; "
-            "SET LOCAL hnsw.iterative_scan = relaxed_order"
-            + ("; SET LOCAL plan_cache_mode = force_generic_plan" if generic_plans else ""))
+    return (
+        f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}; "
+        f"SET LOCAL hnsw.ef_search = {max(40, min(int(pool), 1000))}; "
+        "SET LOCAL hnsw.iterative_scan = relaxed_order"
+        + ("; SET LOCAL plan_cache_mode = force_generic_plan" if generic_plans else "")
+    )
 
 
 VISIBLE_TTL_S = 30.0
@@ -130,8 +143,16 @@ class Bm25:
 
 
 def gather(
-    conn: Connection, *, kinds: Sequence[str], f: Filter, query: str, query_vec: str | None, pool: int,
-    keyword: bool = True, cap: int = 5000, bm25: Bm25 = Bm25(),
+    conn: Connection,
+    *,
+    kinds: Sequence[str],
+    f: Filter,
+    query: str,
+    query_vec: str | None,
+    pool: int,
+    keyword: bool = True,
+    cap: int = 5000,
+    bm25: Bm25 = Bm25(),
 ) -> dict[str, list[dict[str, Any]]]:
     """Every kind's candidates in one statement (one round trip, one plan): the ``pool`` nearest rows by cosine
     (if ``query_vec``) and the ``pool`` best rows by BM25 (if ``keyword``), each row once, each scored on both legs.
@@ -144,8 +165,9 @@ def gather(
     out: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     if query_vec is None and not keyword:
         return out
-    statement = prepare(conn, kinds=kinds, f=f, query=query, query_vec=query_vec, pool=pool, keyword=keyword,
-                        cap=cap, bm25=bm25)
+    statement = prepare(
+        conn, kinds=kinds, f=f, query=query, query_vec=query_vec, pool=pool, keyword=keyword, cap=cap, bm25=bm25
+    )
     started = time.perf_counter()
     result = conn.execute(*statement)
     mode = "keyword" if query_vec is None else "hybrid" if keyword else "semantic"
@@ -158,12 +180,27 @@ def gather(
 
 
 def prepare(
-    conn: Connection, *, kinds: Sequence[str], f: Filter, query: str, query_vec: str | None, pool: int,
-    keyword: bool = True, cap: int = 5000, bm25: Bm25 = Bm25(),
+    conn: Connection,
+    *,
+    kinds: Sequence[str],
+    f: Filter,
+    query: str,
+    query_vec: str | None,
+    pool: int,
+    keyword: bool = True,
+    cap: int = 5000,
+    bm25: Bm25 = Bm25(),
 ) -> tuple[TextClause, dict[str, Any]]:
     """:func:`gather`'s statement and parameters (the scope sizes it needs come from a cached count)."""
-    params: dict[str, Any] = {"query": query, "vec": query_vec, "pool": pool, "cap": cap, "k1": bm25.k1,
-                              "b": bm25.b, "ctx_weight": bm25.context_weight}
+    params: dict[str, Any] = {
+        "query": query,
+        "vec": query_vec,
+        "pool": pool,
+        "cap": cap,
+        "k1": bm25.k1,
+        "b": bm25.b,
+        "ctx_weight": bm25.context_weight,
+    }
     shapes = []
     for kind in kinds:
         where = _where(kind, f, params)
@@ -186,8 +223,15 @@ def _statement(shapes: tuple[tuple[str, str, bool, bool], ...], *, semantic: boo
             # The caller's rows, read once: their distance (small scopes), their terms and their length.
             cols = ["x.id", "x.ctid AS tid", "x.created_at"]
             # (An episode's terms are read from its postings, not its tsvectors.)
-            cols += ([_LENGTH] if kind == "episode" else ["x.search_vector", f"{_CONTEXT[kind]} AS context_vector",
-                                                          _LENGTH]) if keyword else []
+            cols += (
+                (
+                    [_LENGTH]
+                    if kind == "episode"
+                    else ["x.search_vector", f"{_CONTEXT[kind]} AS context_vector", _LENGTH]
+                )
+                if keyword
+                else []
+            )
             # Every embedding is L2-normalised, so cosine distance is 1 - inner product; the inner product skips
             # the two norms (measured: 0.75 -> 0.38 ms per 700 rows). The HNSW path keeps <=>, its index's operator.
             cols += ["1 + (x.embedding <#> CAST(:vec AS vector)) AS d"] if exact else []
@@ -203,11 +247,13 @@ def _statement(shapes: tuple[tuple[str, str, bool, bool], ...], *, semantic: boo
         # Back to the row by its tuple id, which every list carries: the statement's one snapshot keeps the
         # version it saw, and a TID fetch skips the primary-key descent (measured: 0.6-0.75 ms less per gather).
         # Both legs are scored for every row, whichever list found it (the rows are in hand: cheap).
-        sem = (f"greatest(0, 1 - {_distance(kind, 'x')})" if semantic else "NULL::float8")
-        key = (f"coalesce(b.bm25, 0) / nullif((SELECT sum(w) FROM idf_{kind}), 0)" if keyword else "NULL::float8")
+        sem = f"greatest(0, 1 - {_distance(kind, 'x')})" if semantic else "NULL::float8"
+        key = f"coalesce(b.bm25, 0) / nullif((SELECT sum(w) FROM idf_{kind}), 0)" if keyword else "NULL::float8"
         join = f" LEFT JOIN bm_{kind} b ON b.id = i.id" if keyword else ""
-        selects.append(f"SELECT '{kind}' AS kind, {COLUMNS[kind]}, {sem} AS semantic, {key} AS keyword "
-                       f"FROM ids_{kind} i JOIN {table} x ON x.ctid = i.tid{join}")
+        selects.append(
+            f"SELECT '{kind}' AS kind, {COLUMNS[kind]}, {sem} AS semantic, {key} AS keyword "
+            f"FROM ids_{kind} i JOIN {table} x ON x.ctid = i.tid{join}"
+        )
     return text("WITH " + ",\n".join(ctes) + "\n" + "\nUNION ALL\n".join(selects))
 
 
@@ -230,20 +276,28 @@ def _nearest(kind: str, table: str, where: str, exact: bool) -> str:
     if exact and kind != "episode":
         return "SELECT id, tid FROM scoped_{k} ORDER BY d LIMIT :pool".format(k=kind)
     if exact:
-        return ("SELECT s.id, s.tid FROM scoped_episode s LEFT JOIN (SELECT v.episode_id AS id, "
-                "min(1 + (v.embedding <#> CAST(:vec AS vector))) AS d FROM episode_vectors v "
-                "WHERE v.tenant_id = :tenant_id GROUP BY v.episode_id) v ON v.id = s.id "
-                "ORDER BY least(s.d, coalesce(v.d, 2)) LIMIT :pool")
+        return (
+            "SELECT s.id, s.tid FROM scoped_episode s LEFT JOIN (SELECT v.episode_id AS id, "
+            "min(1 + (v.embedding <#> CAST(:vec AS vector))) AS d FROM episode_vectors v "
+            "WHERE v.tenant_id = :tenant_id GROUP BY v.episode_id) v ON v.id = s.id "
+            "ORDER BY least(s.d, coalesce(v.d, 2)) LIMIT :pool"
+        )
     # ORDER BY the selected distance: the HNSW index can serve it (iterative scan for the filter).
-    own = (f"SELECT x.id, x.ctid AS tid, x.embedding <=> CAST(:vec AS vector) AS d FROM {table} x "
-           f"WHERE {where} ORDER BY d LIMIT :pool")
+    own = (
+        f"SELECT x.id, x.ctid AS tid, x.embedding <=> CAST(:vec AS vector) AS d FROM {table} x "
+        f"WHERE {where} ORDER BY d LIMIT :pool"
+    )
     if kind != "episode":
         return own
-    views = ("SELECT v.episode_id AS id, v.embedding <=> CAST(:vec AS vector) AS d FROM episode_vectors v "
-             "WHERE v.tenant_id = :tenant_id ORDER BY d LIMIT :pool")
-    return (f"SELECT id, tid FROM (SELECT id, tid, min(d) AS d FROM (({own}) UNION ALL "
-            f"(SELECT x.id, x.ctid AS tid, v.d FROM ({views}) v JOIN episodes x ON x.id = v.id WHERE {where})) u "
-            "GROUP BY id, tid ORDER BY d LIMIT :pool) n")
+    views = (
+        "SELECT v.episode_id AS id, v.embedding <=> CAST(:vec AS vector) AS d FROM episode_vectors v "
+        "WHERE v.tenant_id = :tenant_id ORDER BY d LIMIT :pool"
+    )
+    return (
+        f"SELECT id, tid FROM (SELECT id, tid, min(d) AS d FROM (({own}) UNION ALL "
+        f"(SELECT x.id, x.ctid AS tid, v.d FROM ({views}) v JOIN episodes x ON x.id = v.id WHERE {where})) u "
+        "GROUP BY id, tid ORDER BY d LIMIT :pool) n"
+    )
 
 
 # A query lexeme's idf over the caller's N visible rows, its document frequency counted from tf_{kind}.
@@ -263,15 +317,19 @@ def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool) -> str:
     if scoped and kind == "episode":
         return _episode_postings_ctes()
     if scoped:
-        cand = (f"cand_{kind} AS MATERIALIZED (SELECT s.id, s.tid, s.created_at, s.search_vector, s.context_vector, "
-                f"s.dl FROM scoped_{kind} s, q WHERE q.tsq IS NOT NULL "
-                f"AND (s.search_vector @@ q.tsq OR s.context_vector @@ q.tsq) LIMIT :cap)")
+        cand = (
+            f"cand_{kind} AS MATERIALIZED (SELECT s.id, s.tid, s.created_at, s.search_vector, s.context_vector, "
+            f"s.dl FROM scoped_{kind} s, q WHERE q.tsq IS NOT NULL "
+            f"AND (s.search_vector @@ q.tsq OR s.context_vector @@ q.tsq) LIMIT :cap)"
+        )
         avgdl = f"(SELECT avg(dl) FROM scoped_{kind})"
         n = f"(SELECT count(*)::float8 FROM scoped_{kind})"  # exact, and bounded in time as the read is
     else:
-        cand = (f"cand_{kind} AS MATERIALIZED (SELECT x.id, x.ctid AS tid, x.created_at, x.search_vector, "
-                f"{_CONTEXT[kind]} AS context_vector, {_LENGTH} FROM {table} x, q WHERE q.tsq IS NOT NULL "
-                f"AND x.search_vector @@ q.tsq AND {where} LIMIT :cap)")
+        cand = (
+            f"cand_{kind} AS MATERIALIZED (SELECT x.id, x.ctid AS tid, x.created_at, x.search_vector, "
+            f"{_CONTEXT[kind]} AS context_vector, {_LENGTH} FROM {table} x, q WHERE q.tsq IS NOT NULL "
+            f"AND x.search_vector @@ q.tsq AND {where} LIMIT :cap)"
+        )
         avgdl = f":avgdl_{kind}"
         n = f":n_{kind}"
     return f"""{cand},
@@ -321,9 +379,13 @@ def _visible_rows(conn: Connection, *, kind: str, f: Filter, limit: int) -> tupl
         return hit[0], hit[1]
     params: dict[str, Any] = {"limit": limit}
     where = _where(kind, Filter(f.tenant_id, f.scopes, f.butlers, None, f.now), params)  # unbounded in time
-    count, avgdl = conn.execute(text(
-        f"SELECT count(*), coalesce(avg(dl), 16) FROM (SELECT {_LENGTH} FROM {TABLES[kind]} x WHERE {where} "
-        "LIMIT :limit) s"), params).one()
+    count, avgdl = conn.execute(
+        text(
+            f"SELECT count(*), coalesce(avg(dl), 16) FROM (SELECT {_LENGTH} FROM {TABLES[kind]} x WHERE {where} "
+            "LIMIT :limit) s"
+        ),
+        params,
+    ).one()
     if len(_visible_cache) > 50_000:
         _visible_cache.clear()
     _visible_cache[key] = (count, float(avgdl), now)
@@ -334,6 +396,8 @@ def recent_episodes(conn: Connection, *, f: Filter, limit: int) -> list[dict[str
     """The newest episodes the caller may see (for the context block's "Recent" section)."""
     params: dict[str, Any] = {"limit": limit}
     where = _where("episode", f, params)
-    sql = (f"SELECT {COLUMNS['episode']}, 0.0::float8 AS relevance FROM episodes x WHERE {where} "
-           "ORDER BY x.occurred_at DESC, x.seq DESC, x.id ASC LIMIT :limit")
+    sql = (
+        f"SELECT {COLUMNS['episode']}, 0.0::float8 AS relevance FROM episodes x WHERE {where} "
+        "ORDER BY x.occurred_at DESC, x.seq DESC, x.id ASC LIMIT :limit"
+    )
     return [dict(r) for r in conn.execute(text(sql), params).mappings()]

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -116,8 +123,8 @@ class RetrievalSettings(_Section):
     fusion: Literal["value", "rrf"] = "value"
     semantic_weight: SemanticWeights = SemanticWeights()
     keyword_exponent: float = Field(2.0, ge=1, le=4)  # >1: a partial keyword match is weak evidence
-    bm25_k1: float = Field(0.6, gt=0, le=3)     # term-frequency saturation: chat turns are short, saturate early
-    bm25_b: float = Field(0.3, ge=0, le=1)      # length normalisation: long assistant turns are not penalised much
+    bm25_k1: float = Field(0.6, gt=0, le=3)  # term-frequency saturation: chat turns are short, saturate early
+    bm25_b: float = Field(0.3, ge=0, le=1)  # length normalisation: long assistant turns are not penalised much
     # What a query term found in an episode's preceding turn counts for (1 = as in the episode itself).
     context_weight: float = Field(0.3, ge=0, le=1)
     # Each further hit of a session (episodes) or subject+predicate (facts) already listed scores this much less
@@ -147,8 +154,10 @@ class RetrievalSettings(_Section):
     @model_validator(mode="after")
     def _reranker_has_a_model(self) -> "RetrievalSettings":
         if self.reranker == "cross-encoder" and not Path(self.reranker_path).is_dir():
-            raise ValueError("reranker_path must be a directory holding the cross-encoder when reranker = "
-                             f"'cross-encoder' (got {self.reranker_path!r})")
+            raise ValueError(
+                "reranker_path must be a directory holding the cross-encoder when reranker = "
+                f"'cross-encoder' (got {self.reranker_path!r})"
+            )
         return self
 
 
@@ -257,6 +266,7 @@ class EmbeddingSettings(_Section):
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()
+
     # One thread per process for batches (workers, backfills): two processes with two threads each halve total
     # throughput on 2 cores.
     threads: int = Field(1, ge=1, le=64)
@@ -420,14 +430,11 @@ class TracingSettings(_Section):
 class Settings(BaseSettings):
     """Everything configurable. Build with :func:`load_settings`, never by reading ``os.environ`` elsewhere."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
 
     database_url: str | None = Field(None, validation_alias=AliasChoices("DATABASE_URL", "database_url"))
     # One or more streaming replicas of database_url, comma-separated: the fronts' reads go there (docs/replicas.md).
-    database_read_url: str | None = Field(
-        None, validation_alias=AliasChoices("DATABASE_READ_URL", "database_read_url"))
+    database_read_url: str | None = Field(None, validation_alias=AliasChoices("DATABASE_READ_URL", "database_read_url"))
     redis_url: str | None = Field(None, validation_alias=AliasChoices("REDIS_URL", "redis_url"))
     data_dir: Path = Path.home() / ".memory-butler"
     tenant_id: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")

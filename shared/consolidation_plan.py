@@ -97,9 +97,21 @@ class Batch:
 
     def request(self, chosen: Sequence[DueEpisode]) -> ExtractionRequest:
         return ExtractionRequest(
-            tenant_id=self.tenant_id, butler=self.butler, facts=list(self.facts), rules=list(self.rules),
-            episodes=[EpisodeIn(id=str(e.id), seq=e.seq, butler=self.butler, content=e.content,
-                                created_at=e.occurred_at, importance=e.importance) for e in chosen],
+            tenant_id=self.tenant_id,
+            butler=self.butler,
+            facts=list(self.facts),
+            rules=list(self.rules),
+            episodes=[
+                EpisodeIn(
+                    id=str(e.id),
+                    seq=e.seq,
+                    butler=self.butler,
+                    content=e.content,
+                    created_at=e.occurred_at,
+                    importance=e.importance,
+                )
+                for e in chosen
+            ],
         )
 
 
@@ -138,13 +150,21 @@ class Plan:
         return [embedding_text("fact", f.write) for f in self.facts] + [r.write.content for r in self.rules]
 
 
-def plan_extraction(extraction: Extraction, *, batch: Batch, episode_ids: Sequence[uuid.UUID], group: str,
-                    extractor: str, global_predicates: Collection[str] = ()) -> Plan:
+def plan_extraction(
+    extraction: Extraction,
+    *,
+    batch: Batch,
+    episode_ids: Sequence[uuid.UUID],
+    group: str,
+    extractor: str,
+    global_predicates: Collection[str] = (),
+) -> Plan:
     """Turn a validated extraction into writes; a write the schema refuses is an ExtractionError.
 
     Scope is policy, not the extractor's say: what a batch learns belongs to its butler, except facts whose
     predicate is one of ``global_predicates`` (consolidation.global_predicates), which every butler may read.
     """
+
     def new_id(kind: str, n: int) -> uuid.UUID:
         return uuid.uuid5(ID_NAMESPACE, f"{batch.tenant_id}|{batch.idempotency_key}|{group}|{kind}|{n}")
 
@@ -156,30 +176,62 @@ def plan_extraction(extraction: Extraction, *, batch: Batch, episode_ids: Sequen
 
     when = {str(e.id): e.occurred_at for e in batch.episodes}
     planned_facts = tuple(
-        PlannedFact(new_id("fact", n), _checked(FactWrite, f"facts[{n}]", {
-            "subject": f.subject, "predicate": f.predicate, "content": f.content, "importance": f.importance,
-            "permanence": f.permanence, "scope": scope(f.predicate), "source_episode_id": f.source_episode_ids[0],
-            "metadata": meta(f.source_episode_ids)}),
-            _uuids(f.source_episode_ids), uuid.UUID(f.supersedes_fact_id) if f.supersedes_fact_id else None,
-            max(when[e] for e in f.source_episode_ids))
-        for n, f in enumerate(extraction.facts))
+        PlannedFact(
+            new_id("fact", n),
+            _checked(
+                FactWrite,
+                f"facts[{n}]",
+                {
+                    "subject": f.subject,
+                    "predicate": f.predicate,
+                    "content": f.content,
+                    "importance": f.importance,
+                    "permanence": f.permanence,
+                    "scope": scope(f.predicate),
+                    "source_episode_id": f.source_episode_ids[0],
+                    "metadata": meta(f.source_episode_ids),
+                },
+            ),
+            _uuids(f.source_episode_ids),
+            uuid.UUID(f.supersedes_fact_id) if f.supersedes_fact_id else None,
+            max(when[e] for e in f.source_episode_ids),
+        )
+        for n, f in enumerate(extraction.facts)
+    )
 
     def supporter(ref: str) -> uuid.UUID:
         match = NEW_FACT_REF.fullmatch(ref)
         return planned_facts[int(match.group(1))].id if match else uuid.UUID(ref)
 
     planned_rules = tuple(
-        PlannedRule(new_id("rule", n), _checked(RuleWrite, f"rules[{n}]", {
-            "content": r.content, "scope": scope(), "source_episode_id": r.source_episode_ids[0],
-            "metadata": meta(r.source_episode_ids)}),
-            _uuids(r.source_episode_ids), tuple(supporter(ref) for ref in r.supporting_fact_refs))
-        for n, r in enumerate(extraction.rules))
+        PlannedRule(
+            new_id("rule", n),
+            _checked(
+                RuleWrite,
+                f"rules[{n}]",
+                {
+                    "content": r.content,
+                    "scope": scope(),
+                    "source_episode_id": r.source_episode_ids[0],
+                    "metadata": meta(r.source_episode_ids),
+                },
+            ),
+            _uuids(r.source_episode_ids),
+            tuple(supporter(ref) for ref in r.supporting_fact_refs),
+        )
+        for n, r in enumerate(extraction.rules)
+    )
     return Plan(
-        episode_ids=tuple(episode_ids), facts=planned_facts, rules=planned_rules,
-        confirmations=tuple(("fact" if c.fact_id else "rule", uuid.UUID(c.fact_id or c.rule_id or ""),
-                             _uuids(c.source_episode_ids)) for c in extraction.confirmations),
-        contradictions=tuple((uuid.UUID(c.fact_id), _uuids(c.source_episode_ids), c.note)
-                             for c in extraction.contradictions),
+        episode_ids=tuple(episode_ids),
+        facts=planned_facts,
+        rules=planned_rules,
+        confirmations=tuple(
+            ("fact" if c.fact_id else "rule", uuid.UUID(c.fact_id or c.rule_id or ""), _uuids(c.source_episode_ids))
+            for c in extraction.confirmations
+        ),
+        contradictions=tuple(
+            (uuid.UUID(c.fact_id), _uuids(c.source_episode_ids), c.note) for c in extraction.contradictions
+        ),
     )
 
 

@@ -97,13 +97,19 @@ def _clip(line: str, count: CountTokens, limit: int) -> str:
 class ContextBlock:
     text: str
     tokens: int
-    included: dict[str, list[str]]   # section -> ids, in order
+    included: dict[str, list[str]]  # section -> ids, in order
     dropped: int
 
 
 def build(
-    *, facts: Sequence[Hit], rules: Sequence[Hit], episodes: Sequence[Hit], budget: int, quotas: SectionQuotas,
-    count: CountTokens, now: datetime,
+    *,
+    facts: Sequence[Hit],
+    rules: Sequence[Hit],
+    episodes: Sequence[Hit],
+    budget: int,
+    quotas: SectionQuotas,
+    count: CountTokens,
+    now: datetime,
 ) -> ContextBlock:
     """Assemble the block; ``count(text)`` never exceeds ``budget`` for the returned text.
 
@@ -117,8 +123,12 @@ def build(
         "warnings": [r for r in rules if r.maturity == "anti_pattern"],
         "episodes": list(episodes),
     }
-    share = {"facts": quotas.facts, "rules": quotas.rules * 0.75, "warnings": quotas.rules * 0.25,
-             "episodes": quotas.episodes}
+    share = {
+        "facts": quotas.facts,
+        "rules": quotas.rules * 0.75,
+        "warnings": quotas.rules * 0.25,
+        "episodes": quotas.episodes,
+    }
     total_share = sum(share.values()) or 1.0
     sections = {name: _section(hits, TITLES[name], count, now) for name, hits in candidates.items()}
     tokens = count([HEADER])[0]
@@ -131,14 +141,14 @@ def build(
     for section in sections.values():  # second pass: what is left, in section order
         spent, added = section.take(budget - used)
         used, tokens = used + spent, tokens + added
-    included = {name: [str(hit.id) for hit, _, _ in s.lines[:s.taken]] for name, s in sections.items() if s.taken}
+    included = {name: [str(hit.id) for hit, _, _ in s.lines[: s.taken]] for name, s in sections.items() if s.taken}
     dropped = sum(len(s.lines) - s.taken for s in sections.values())
     if not included:
         return ContextBlock(text="", tokens=0, included={}, dropped=dropped)
     lines = [HEADER]
     for name in included:
         section = sections[name]
-        lines += ["", section.title, *(line for _, line, _ in section.lines[:section.taken])]
+        lines += ["", section.title, *(line for _, line, _ in section.lines[: section.taken])]
     return ContextBlock(text="\n".join(lines), tokens=tokens, included=included, dropped=dropped)
 
 
@@ -181,10 +191,20 @@ def _section(hits: Sequence[Hit], title: str, count: CountTokens, now: datetime)
     if not hits:
         return _Section(title, 0, [], count)
     parts = [_parts(hit, now) for hit in hits]
-    texts = [title] + [p for (before, content, after), hit in zip(parts, hits)
-                       for p in ((before, after) if hit.content_tokens is not None else (before, content, after))]
+    texts = [title] + [
+        p
+        for (before, content, after), hit in zip(parts, hits)
+        for p in ((before, after) if hit.content_tokens is not None else (before, content, after))
+    ]
     counted = dict(zip(texts, count(texts)))
-    lines = [(hit, _join(before, content, after), counted[before] + counted[after] + (
-        hit.content_tokens if hit.content_tokens is not None else counted[content]))
-        for hit, (before, content, after) in zip(hits, parts)]
+    lines = [
+        (
+            hit,
+            _join(before, content, after),
+            counted[before]
+            + counted[after]
+            + (hit.content_tokens if hit.content_tokens is not None else counted[content]),
+        )
+        for hit, (before, content, after) in zip(hits, parts)
+    ]
     return _Section(title, counted[title], lines, count)

@@ -33,12 +33,17 @@ from shared.models import episode_vectors
 
 # Characters of each preceding turn kept: the lexical context needs the gist, not a second copy of a long turn.
 PRECEDING_CHARS = 2000
-WINDOW_TOKENS = 200     # word pieces per window: under the model's 256 with room for its special tokens
-WINDOW_STRIDE = 150     # a window starts every 150 word pieces (50 overlap: a sentence cut by one is whole in the next)
+WINDOW_TOKENS = 200  # word pieces per window: under the model's 256 with room for its special tokens
+WINDOW_STRIDE = 150  # a window starts every 150 word pieces (50 overlap: a sentence cut by one is whole in the next)
 
 
-def window_spans(offsets: Sequence[tuple[int, int]], *, size: int = WINDOW_TOKENS,
-                 stride: int = WINDOW_STRIDE, longer_than: int = 250) -> list[tuple[int, int]]:
+def window_spans(
+    offsets: Sequence[tuple[int, int]],
+    *,
+    size: int = WINDOW_TOKENS,
+    stride: int = WINDOW_STRIDE,
+    longer_than: int = 250,
+) -> list[tuple[int, int]]:
     """Character spans of the overlapping windows of a text whose word pieces have ``offsets``; none when the
     model reads it whole (``longer_than`` word pieces or fewer)."""
     n = len(offsets)
@@ -87,8 +92,9 @@ RETURNING x.id, x.butler, x.content, x.preceding
 """)
 
 
-def index_episodes(conn: Connection, *, tenant_id: str, stored: Sequence[StoredEpisode], embed: Embed,
-                   offsets: Offsets) -> dict[str, int]:
+def index_episodes(
+    conn: Connection, *, tenant_id: str, stored: Sequence[StoredEpisode], embed: Embed, offsets: Offsets
+) -> dict[str, int]:
     """After a batch of episodes is inserted (same transaction): window vectors of the long ones, ``preceding``
     brought up to date in their sessions, and the contextual vector of every episode whose ``preceding`` changed.
     Returns how many of each were written."""
@@ -98,13 +104,15 @@ def index_episodes(conn: Connection, *, tenant_id: str, stored: Sequence[StoredE
     texts = [t for _, _, t in windows] + [contextual_text(r["preceding"], r["content"]) for r in with_context]
     vectors = embed(texts) if texts else np.zeros((0, 384), dtype=np.float32)
     rows = [{"episode_id": eid, "n": n, "embedding": v} for (eid, n, _), v in zip(windows, vectors)]
-    rows += [{"episode_id": r["id"], "n": 0, "embedding": v} for r, v in zip(with_context, vectors[len(windows):])]
+    rows += [{"episode_id": r["id"], "n": 0, "embedding": v} for r, v in zip(with_context, vectors[len(windows) :])]
     owners = {e.id: e.butler for e in stored} | {r["id"]: r["butler"] for r in changed}
     if rows:
-        stmt = insert(episode_vectors).values([{**r, "tenant_id": tenant_id, "butler": owners[r["episode_id"]]}
-                                               for r in rows])
-        conn.execute(stmt.on_conflict_do_update(index_elements=["episode_id", "n"],
-                                                set_={"embedding": stmt.excluded.embedding}))
+        stmt = insert(episode_vectors).values(
+            [{**r, "tenant_id": tenant_id, "butler": owners[r["episode_id"]]} for r in rows]
+        )
+        conn.execute(
+            stmt.on_conflict_do_update(index_elements=["episode_id", "n"], set_={"embedding": stmt.excluded.embedding})
+        )
     lost = [r["id"] for r in changed if r["preceding"] is None]  # its predecessor was forgotten
     if lost:
         conn.execute(episode_vectors.delete().where(episode_vectors.c.episode_id.in_(lost), episode_vectors.c.n == 0))
@@ -121,12 +129,22 @@ def rebuild_vectors(conn: Connection, *, rows: Sequence[dict[str, Any]], embed: 
     vectors = embed(texts) if texts else np.zeros((0, 384), dtype=np.float32)
     owner = {r["id"]: r for r in rows}
     out = [(eid, n, v) for (eid, n, _), v in zip(windows, vectors)]
-    out += [(r["id"], 0, v) for r, v in zip(with_context, vectors[len(windows):])]
+    out += [(r["id"], 0, v) for r, v in zip(with_context, vectors[len(windows) :])]
     conn.execute(episode_vectors.delete().where(episode_vectors.c.episode_id.in_(list(owner))))
     if out:
-        conn.execute(episode_vectors.insert(), [{"episode_id": eid, "n": n, "embedding": v,
-                                                 "tenant_id": owner[eid]["tenant_id"], "butler": owner[eid]["butler"]}
-                                                for eid, n, v in out])
+        conn.execute(
+            episode_vectors.insert(),
+            [
+                {
+                    "episode_id": eid,
+                    "n": n,
+                    "embedding": v,
+                    "tenant_id": owner[eid]["tenant_id"],
+                    "butler": owner[eid]["butler"],
+                }
+                for eid, n, v in out
+            ],
+        )
     return len(out)
 
 
@@ -145,6 +163,7 @@ def contextualise(conn: Connection, *, tenant_id: str, sessions: Sequence[tuple[
     pairs = sorted({(b, s) for b, s in sessions if s is not None}, key=str)
     if not pairs:
         return []
-    result = conn.execute(CONTEXTUALISE, {"tenant_id": tenant_id, "butlers": [b for b, _ in pairs],
-                                          "sessions": [s for _, s in pairs]})
+    result = conn.execute(
+        CONTEXTUALISE, {"tenant_id": tenant_id, "butlers": [b for b, _ in pairs], "sessions": [s for _, s in pairs]}
+    )
     return [dict(r) for r in result.mappings()]

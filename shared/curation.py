@@ -32,8 +32,16 @@ LADDER = ("candidate", "established", "proven")
 
 
 def edit_fact(
-    conn: Connection, *, tenant_id: str, fact_id: uuid.UUID, changes: dict[str, Any], visibility: Visibility,
-    actor: Actor, embed: Embed, version: ModelVersion, protect: Protect,
+    conn: Connection,
+    *,
+    tenant_id: str,
+    fact_id: uuid.UUID,
+    changes: dict[str, Any],
+    visibility: Visibility,
+    actor: Actor,
+    embed: Embed,
+    version: ModelVersion,
+    protect: Protect,
 ) -> dict[str, Any]:
     """Store the corrected fact under the same (scope, subject, predicate): store_fact supersedes the old one.
 
@@ -47,25 +55,52 @@ def edit_fact(
         check_transition("fact", old["validity"], "superseded")  # raises: the table has no way out of these
     if old["content_key_id"] is not None and "content" not in changes:  # its content column is only a surrogate
         raise InvalidInput("content: a sealed fact is corrected by giving its new content", field="content")
-    write = protect(parse(FactWrite, {
-        "subject": old["subject"], "predicate": old["predicate"], "scope": old["scope"],
-        "content": changes.get("content", old["content"]), "importance": changes.get("importance", old["importance"]),
-        "permanence": changes.get("permanence", old["permanence"]), "tags": changes.get("tags", old["tags"]),
-        "source_episode_id": old["source_episode_id"], "metadata": {"edited_from": str(fact_id)},
-    }))
+    write = protect(
+        parse(
+            FactWrite,
+            {
+                "subject": old["subject"],
+                "predicate": old["predicate"],
+                "scope": old["scope"],
+                "content": changes.get("content", old["content"]),
+                "importance": changes.get("importance", old["importance"]),
+                "permanence": changes.get("permanence", old["permanence"]),
+                "tags": changes.get("tags", old["tags"]),
+                "source_episode_id": old["source_episode_id"],
+                "metadata": {"edited_from": str(fact_id)},
+            },
+        )
+    )
     new_id = uuid.uuid4()
     vector = embed(embedding_text("fact", write))
-    out = store_fact(conn, tenant_id=tenant_id, fact_id=new_id, write=write, vector=vector,
-                     embedding_version_id=repo.embedding_version_id(conn, version), source_butler=actor.name,
-                     actor=actor, now=repo.database_now(conn))
+    out = store_fact(
+        conn,
+        tenant_id=tenant_id,
+        fact_id=new_id,
+        write=write,
+        vector=vector,
+        embedding_version_id=repo.embedding_version_id(conn, version),
+        source_butler=actor.name,
+        actor=actor,
+        now=repo.database_now(conn),
+    )
     if str(fact_id) not in out.get("superseded", []):
         raise InvalidTransition(f"fact {fact_id} was not the live fact of its key; nothing was edited", field="id")
     return {"id": str(new_id), "supersedes": str(fact_id)}
 
 
 def edit_rule(
-    conn: Connection, *, tenant_id: str, rule_id: uuid.UUID, changes: dict[str, Any], visibility: Visibility,
-    actor: Actor, now: datetime, embed: Embed, version: ModelVersion, protect: Protect,
+    conn: Connection,
+    *,
+    tenant_id: str,
+    rule_id: uuid.UUID,
+    changes: dict[str, Any],
+    visibility: Visibility,
+    actor: Actor,
+    now: datetime,
+    embed: Embed,
+    version: ModelVersion,
+    protect: Protect,
 ) -> dict[str, Any]:
     """Rewrite a rule in place; new advice has no evidence yet, so maturity returns to candidate and counts to 0.
 
@@ -73,45 +108,80 @@ def edit_rule(
     An anti-pattern cannot be edited back into advice (the maturity table has no way out of it).
     """
     old = load_visible(conn, kind="rule", tenant_id=tenant_id, entity_id=rule_id, visibility=visibility, lock=True)
-    write = protect(parse(RuleWrite, {"content": changes.get("content", old["content"]), "scope": old["scope"],
-                                      "tags": changes.get("tags", old["tags"]),
-                                      "importance": changes.get("importance", old["importance"]),
-                                      "permanence": changes.get("permanence", old["permanence"])}))
+    write = protect(
+        parse(
+            RuleWrite,
+            {
+                "content": changes.get("content", old["content"]),
+                "scope": old["scope"],
+                "tags": changes.get("tags", old["tags"]),
+                "importance": changes.get("importance", old["importance"]),
+                "permanence": changes.get("permanence", old["permanence"]),
+            },
+        )
+    )
     if old["maturity"] != "candidate":
         check_transition("rule", old["maturity"], "candidate")
-    values = {"content": write.content, "content_tokens": content_tokens([write.content],
-                                                                           get_token_counter().count_many)[0],
-              "embedding": embed(write.content), "embedding_version_id": repo.embedding_version_id(conn, version),
-              "tags": write.tags, "importance": write.importance, "permanence": write.permanence,
-              "decay_rate": decay_rate_for(write.permanence), "maturity": "candidate", "effectiveness_score": 0.0,
-              "applied_count": 0, "success_count": 0, "harmful_count": 0, "last_confirmed_at": now}
+    values = {
+        "content": write.content,
+        "content_tokens": content_tokens([write.content], get_token_counter().count_many)[0],
+        "embedding": embed(write.content),
+        "embedding_version_id": repo.embedding_version_id(conn, version),
+        "tags": write.tags,
+        "importance": write.importance,
+        "permanence": write.permanence,
+        "decay_rate": decay_rate_for(write.permanence),
+        "maturity": "candidate",
+        "effectiveness_score": 0.0,
+        "applied_count": 0,
+        "success_count": 0,
+        "harmful_count": 0,
+        "last_confirmed_at": now,
+    }
     repo.update_row(conn, kind="rule", entity_id=rule_id, values=values)
-    repo.record_event(conn, tenant_id=tenant_id, event_type="rule.edited", entity_type="rule", entity_id=rule_id,
-                      actor=actor.name, request_id=actor.request_id, payload={
-                          "from_content": old["content"], "from_maturity": old["maturity"],
-                          "from_counts": {k: old[k] for k in ("applied_count", "success_count", "harmful_count")}})
+    repo.record_event(
+        conn,
+        tenant_id=tenant_id,
+        event_type="rule.edited",
+        entity_type="rule",
+        entity_id=rule_id,
+        actor=actor.name,
+        request_id=actor.request_id,
+        payload={
+            "from_content": old["content"],
+            "from_maturity": old["maturity"],
+            "from_counts": {k: old[k] for k in ("applied_count", "success_count", "harmful_count")},
+        },
+    )
     if old["maturity"] != "candidate":
         _maturity_event(conn, tenant_id, rule_id, actor, old["maturity"], "candidate", "edited")
     return {"id": str(rule_id), "maturity": "candidate"}
 
 
 def move_rule(
-    conn: Connection, *, tenant_id: str, rule_id: uuid.UUID, direction: Literal["promote", "demote"],
-    visibility: Visibility, actor: Actor,
+    conn: Connection,
+    *,
+    tenant_id: str,
+    rule_id: uuid.UUID,
+    direction: Literal["promote", "demote"],
+    visibility: Visibility,
+    actor: Actor,
 ) -> dict[str, Any]:
     """One step up or down the maturity ladder by an operator's decision, checked against the maturity table."""
     row = load_visible(conn, kind="rule", tenant_id=tenant_id, entity_id=rule_id, visibility=visibility, lock=True)
     current = row["maturity"]
     if row["validity"] not in LIVE:
-        raise InvalidTransition(f"rule {rule_id} is {row['validity']}: restore it before changing its maturity",
-                                field="id")
+        raise InvalidTransition(
+            f"rule {rule_id} is {row['validity']}: restore it before changing its maturity", field="id"
+        )
     step = 1 if direction == "promote" else -1
     index = LADDER.index(current) + step if current in LADDER else -1
     if not 0 <= index < len(LADDER):
         edge = "highest" if direction == "promote" else "lowest"
         reason = "an anti-pattern stays one" if current not in LADDER else f"{current!r} is the {edge} level"
-        raise InvalidTransition(f"rule transition: cannot {direction} a rule that is {current!r} ({reason})",
-                                field="id")
+        raise InvalidTransition(
+            f"rule transition: cannot {direction} a rule that is {current!r} ({reason})", field="id"
+        )
     target = LADDER[index]
     check_transition("rule", current, target)
     repo.update_row(conn, kind="rule", entity_id=rule_id, values={"maturity": target})
@@ -119,9 +189,17 @@ def move_rule(
     return {"id": str(rule_id), "maturity": target, "from": current}
 
 
-def _maturity_event(conn: Connection, tenant_id: str, rule_id: uuid.UUID, actor: Actor, from_: str, to: str,
-                    cause: str) -> None:
+def _maturity_event(
+    conn: Connection, tenant_id: str, rule_id: uuid.UUID, actor: Actor, from_: str, to: str, cause: str
+) -> None:
     assert to in RULE_MATURITIES
-    repo.record_event(conn, tenant_id=tenant_id, event_type="rule.maturity_changed", entity_type="rule",
-                      entity_id=rule_id, actor=actor.name, request_id=actor.request_id,
-                      payload={"from": from_, "to": to, "manual": True, "cause": cause})
+    repo.record_event(
+        conn,
+        tenant_id=tenant_id,
+        event_type="rule.maturity_changed",
+        entity_type="rule",
+        entity_id=rule_id,
+        actor=actor.name,
+        request_id=actor.request_id,
+        payload={"from": from_, "to": to, "manual": True, "cause": cause},
+    )

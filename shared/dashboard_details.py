@@ -19,8 +19,8 @@ from shared.dashboard_queries import EPISODE_COLUMNS, FACT_COLUMNS
 from shared.scoring import effective_confidence_sql
 from shared.writes import Visibility, load_visible
 
-CHAIN_LIMIT = 200       # supersession hops followed each way; a longer chain is cut (and says so)
-HISTORY_LIMIT = 100     # rule applications and audit events shown with one memory
+CHAIN_LIMIT = 200  # supersession hops followed each way; a longer chain is cut (and says so)
+HISTORY_LIMIT = 100  # rule applications and audit events shown with one memory
 
 CHAIN_SQL = f"""
 WITH RECURSIVE back(id, depth) AS (
@@ -45,33 +45,48 @@ WHERE rule_id = :id AND tenant_id = :t ORDER BY occurred_at DESC, id DESC LIMIT 
 
 DERIVED_SQL = {
     "fact": f"SELECT {FACT_COLUMNS}, {effective_confidence_sql('f')} AS effective_confidence FROM facts f "
-            "WHERE f.tenant_id = :t AND f.source_episode_id = :id ORDER BY f.created_at, f.id LIMIT :limit",
+    "WHERE f.tenant_id = :t AND f.source_episode_id = :id ORDER BY f.created_at, f.id LIMIT :limit",
     "rule": "SELECT r.id, r.content, r.scope, r.maturity, r.validity, r.created_at FROM rules r "
-            "WHERE r.tenant_id = :t AND r.source_episode_id = :id ORDER BY r.created_at, r.id LIMIT :limit",
+    "WHERE r.tenant_id = :t AND r.source_episode_id = :id ORDER BY r.created_at, r.id LIMIT :limit",
 }
 
 
 def _events(conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid.UUID) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(text(EVENTS_SQL), {"kind": kind, "id": entity_id, "t": tenant_id,
-                                                             "limit": HISTORY_LIMIT}).mappings()]
+    return [
+        dict(r)
+        for r in conn.execute(
+            text(EVENTS_SQL), {"kind": kind, "id": entity_id, "t": tenant_id, "limit": HISTORY_LIMIT}
+        ).mappings()
+    ]
 
 
-def _episodes(conn: Connection, *, tenant_id: str, ids: list[uuid.UUID], visibility: Visibility) -> list[dict[str, Any]]:
+def _episodes(
+    conn: Connection, *, tenant_id: str, ids: list[uuid.UUID], visibility: Visibility
+) -> list[dict[str, Any]]:
     """The source episodes among ``ids`` that the caller may see."""
     if not ids:
         return []
-    rows = conn.execute(text(f"SELECT {EPISODE_COLUMNS} FROM episodes e WHERE e.tenant_id = :t AND e.id = ANY(:ids) "
-                             "ORDER BY e.created_at, e.id"), {"t": tenant_id, "ids": ids}).mappings()
+    rows = conn.execute(
+        text(
+            f"SELECT {EPISODE_COLUMNS} FROM episodes e WHERE e.tenant_id = :t AND e.id = ANY(:ids) "
+            "ORDER BY e.created_at, e.id"
+        ),
+        {"t": tenant_id, "ids": ids},
+    ).mappings()
     return [dict(r) for r in rows if visibility.allows("episode", r)]
 
 
-def _provenance(conn: Connection, *, tenant_id: str, kind: str, row: dict[str, Any],
-                visibility: Visibility) -> dict[str, Any]:
+def _provenance(
+    conn: Connection, *, tenant_id: str, kind: str, row: dict[str, Any], visibility: Visibility
+) -> dict[str, Any]:
     """Links in and out, source episodes (the column and ``derived_from`` links), and the audit events."""
     links = [dict(r) for r in repo.links_of(conn, tenant_id=tenant_id, entity_type=kind, entity_id=row["id"])]
     sources = [row["source_episode_id"]] if row.get("source_episode_id") else []
-    sources += [link["target_id"] for link in links if link["source_id"] == row["id"]
-                and link["target_type"] == "episode" and link["target_id"] not in sources]
+    sources += [
+        link["target_id"]
+        for link in links
+        if link["source_id"] == row["id"] and link["target_type"] == "episode" and link["target_id"] not in sources
+    ]
     return {
         "links_out": [link for link in links if link["source_id"] == row["id"]],
         "links_in": [link for link in links if link["target_id"] == row["id"]],
@@ -80,37 +95,57 @@ def _provenance(conn: Connection, *, tenant_id: str, kind: str, row: dict[str, A
     }
 
 
-def fact_detail(conn: Connection, *, tenant_id: str, fact_id: uuid.UUID, visibility: Visibility,
-                now: datetime) -> dict[str, Any]:
+def fact_detail(
+    conn: Connection, *, tenant_id: str, fact_id: uuid.UUID, visibility: Visibility, now: datetime
+) -> dict[str, Any]:
     """A fact, its effective confidence, provenance and its whole supersession chain (oldest first)."""
     load_visible(conn, kind="fact", tenant_id=tenant_id, entity_id=fact_id, visibility=visibility)
-    chain = [dict(r) for r in conn.execute(text(CHAIN_SQL), {"id": fact_id, "t": tenant_id, "now": now,
-                                                             "hops": CHAIN_LIMIT}).mappings()]
+    chain = [
+        dict(r)
+        for r in conn.execute(
+            text(CHAIN_SQL), {"id": fact_id, "t": tenant_id, "now": now, "hops": CHAIN_LIMIT}
+        ).mappings()
+    ]
     fact = next(r for r in chain if r["id"] == fact_id)
-    return {"fact": fact, "supersession_chain": chain,
-            **_provenance(conn, tenant_id=tenant_id, kind="fact", row=fact, visibility=visibility)}
+    return {
+        "fact": fact,
+        "supersession_chain": chain,
+        **_provenance(conn, tenant_id=tenant_id, kind="fact", row=fact, visibility=visibility),
+    }
 
 
 def rule_detail(conn: Connection, *, tenant_id: str, rule_id: uuid.UUID, visibility: Visibility) -> dict[str, Any]:
     """A rule with its application history (newest first) and provenance."""
     row = dict(load_visible(conn, kind="rule", tenant_id=tenant_id, entity_id=rule_id, visibility=visibility))
     row.pop("tenant_id", None)
-    applications = [dict(r) for r in conn.execute(text(APPLICATIONS_SQL), {
-        "id": rule_id, "t": tenant_id, "limit": HISTORY_LIMIT}).mappings()]
-    return {"rule": row, "applications": applications,
-            **_provenance(conn, tenant_id=tenant_id, kind="rule", row=row, visibility=visibility)}
+    applications = [
+        dict(r)
+        for r in conn.execute(
+            text(APPLICATIONS_SQL), {"id": rule_id, "t": tenant_id, "limit": HISTORY_LIMIT}
+        ).mappings()
+    ]
+    return {
+        "rule": row,
+        "applications": applications,
+        **_provenance(conn, tenant_id=tenant_id, kind="rule", row=row, visibility=visibility),
+    }
 
 
-def episode_detail(conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, visibility: Visibility,
-                   now: datetime) -> dict[str, Any]:
+def episode_detail(
+    conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, visibility: Visibility, now: datetime
+) -> dict[str, Any]:
     """An episode with the facts and rules consolidated from it."""
     row = dict(load_visible(conn, kind="episode", tenant_id=tenant_id, entity_id=episode_id, visibility=visibility))
     for key in ("tenant_id", "metadata"):
         row.pop(key, None)
     derived = {}
     for kind, sql in DERIVED_SQL.items():
-        found = conn.execute(text(sql), {"t": tenant_id, "id": episode_id, "now": now,
-                                         "limit": HISTORY_LIMIT}).mappings()
+        found = conn.execute(
+            text(sql), {"t": tenant_id, "id": episode_id, "now": now, "limit": HISTORY_LIMIT}
+        ).mappings()
         derived[f"{kind}s"] = [dict(r) for r in found if visibility.allows(kind, r)]
-    return {"episode": row, **derived,
-            "events": _events(conn, tenant_id=tenant_id, kind="episode", entity_id=episode_id)}
+    return {
+        "episode": row,
+        **derived,
+        "events": _events(conn, tenant_id=tenant_id, kind="episode", entity_id=episode_id),
+    }

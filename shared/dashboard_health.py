@@ -30,8 +30,10 @@ FROM rules WHERE validity IN ('active', 'fading') AND maturity <> 'anti_pattern'
 
 def _histogram(conn: Connection, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     counts = {int(r["bin"]): int(r["n"]) for r in conn.execute(text(sql), params).mappings()}
-    return [{"from": round((i - 1) / BINS, 2), "to": round(i / BINS, 2), "count": counts.get(i, 0)}
-            for i in range(1, BINS + 1)]
+    return [
+        {"from": round((i - 1) / BINS, 2), "to": round(i / BINS, 2), "count": counts.get(i, 0)}
+        for i in range(1, BINS + 1)
+    ]
 
 
 def health(conn: Connection, *, tenant_id: str, scope: str | None, now: datetime, settings: Settings) -> dict[str, Any]:
@@ -41,8 +43,16 @@ def health(conn: Connection, *, tenant_id: str, scope: str | None, now: datetime
     return {**numbers, "charts": {"effectiveness_histogram": _histogram(conn, EFFECTIVENESS_SQL, params)}}
 
 
-def activity(conn: Connection, *, tenant_id: str, before: int | None, limit: int, scope: str | None,
-             entity_types: list[str] | None = None, event_type: str | None = None) -> list[dict[str, Any]]:
+def activity(
+    conn: Connection,
+    *,
+    tenant_id: str,
+    before: int | None,
+    limit: int,
+    scope: str | None,
+    entity_types: list[str] | None = None,
+    event_type: str | None = None,
+) -> list[dict[str, Any]]:
     """memory_events newest first, strictly before the ``before`` cursor (an event id); scoped like the tool."""
     events = memory_events.c
     query = select(*[c for c in memory_events.c if c.name != "tenant_id"]).where(events.tenant_id == tenant_id)

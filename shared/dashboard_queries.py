@@ -18,18 +18,23 @@ from sqlalchemy import Connection, Engine, text
 from shared.scoring import effective_confidence_sql
 from shared.writes import Visibility
 
-FACT_COLUMNS = ("f.id, f.subject, f.predicate, f.content, f.scope, f.permanence, f.validity, f.confidence, "
-                "f.importance, f.source_butler, f.source_episode_id, f.supersedes_id, f.superseded_by_id, "
-                "f.superseded_at, f.created_at, f.last_confirmed_at, f.reference_count, f.tags")
-RULE_COLUMNS = ("r.id, r.content, r.scope, r.maturity, r.validity, r.confidence, r.importance, r.permanence, "
-                "r.effectiveness_score, r.applied_count, r.success_count, r.harmful_count, r.source_butler, "
-                "r.source_episode_id, r.created_at, r.last_applied_at, r.last_confirmed_at, r.tags")
-EPISODE_COLUMNS = ("e.id, e.butler, e.seq, e.session_id, e.content, e.importance, e.consolidation_status, "
-                   "e.consolidation_attempts, e.last_consolidation_error, e.created_at, e.expires_at, "
-                   "e.forgotten_at, e.reference_count")
+FACT_COLUMNS = (
+    "f.id, f.subject, f.predicate, f.content, f.scope, f.permanence, f.validity, f.confidence, "
+    "f.importance, f.source_butler, f.source_episode_id, f.supersedes_id, f.superseded_by_id, "
+    "f.superseded_at, f.created_at, f.last_confirmed_at, f.reference_count, f.tags"
+)
+RULE_COLUMNS = (
+    "r.id, r.content, r.scope, r.maturity, r.validity, r.confidence, r.importance, r.permanence, "
+    "r.effectiveness_score, r.applied_count, r.success_count, r.harmful_count, r.source_butler, "
+    "r.source_episode_id, r.created_at, r.last_applied_at, r.last_confirmed_at, r.tags"
+)
+EPISODE_COLUMNS = (
+    "e.id, e.butler, e.seq, e.session_id, e.content, e.importance, e.consolidation_status, "
+    "e.consolidation_attempts, e.last_consolidation_error, e.created_at, e.expires_at, "
+    "e.forgotten_at, e.reference_count"
+)
 # The playbook's reading order: the most trusted advice first, warnings last.
-MATURITY_RANK = ("CASE r.maturity WHEN 'proven' THEN 0 WHEN 'established' THEN 1 WHEN 'candidate' THEN 2 "
-                 "ELSE 3 END")
+MATURITY_RANK = "CASE r.maturity WHEN 'proven' THEN 0 WHEN 'established' THEN 1 WHEN 'candidate' THEN 2 ELSE 3 END"
 
 
 @dataclass(frozen=True)
@@ -51,8 +56,12 @@ def read_transaction(source: Engine | Connection, *, timeout_ms: int) -> Iterato
 
 
 def _page(conn: Connection, sql: str, params: dict[str, Any], *, limit: int, offset: int) -> Page:
-    rows = [dict(r) for r in conn.execute(text(f"{sql} LIMIT :limit OFFSET :offset"),
-                                          {**params, "limit": limit + 1, "offset": offset}).mappings()]
+    rows = [
+        dict(r)
+        for r in conn.execute(
+            text(f"{sql} LIMIT :limit OFFSET :offset"), {**params, "limit": limit + 1, "offset": offset}
+        ).mappings()
+    ]
     more = len(rows) > limit
     return Page(items=rows[:limit], next_offset=offset + limit if more else None)
 
@@ -66,32 +75,53 @@ def _scoped(alias: str, visibility: Visibility, params: dict[str, Any]) -> list[
 
 
 def list_facts(
-    conn: Connection, *, tenant_id: str, visibility: Visibility, now: datetime, limit: int, offset: int,
-    subject: str | None = None, q: str | None = None, min_confidence: float | None = None,
-    permanence: str | None = None, source_butler: str | None = None, validity: Sequence[str] | None = None,
+    conn: Connection,
+    *,
+    tenant_id: str,
+    visibility: Visibility,
+    now: datetime,
+    limit: int,
+    offset: int,
+    subject: str | None = None,
+    q: str | None = None,
+    min_confidence: float | None = None,
+    permanence: str | None = None,
+    source_butler: str | None = None,
+    validity: Sequence[str] | None = None,
 ) -> Page:
     """Facts grouped for reading: by subject, predicate, newest first within a key, then id (deterministic)."""
     eff = effective_confidence_sql("f")
     params: dict[str, Any] = {"t": tenant_id, "now": now}
     where = _scoped("f", visibility, params)
-    optional = (("subject", subject, "f.subject = :subject"),
-                ("q", q, "f.search_vector @@ plainto_tsquery('english', :q)"),
-                ("min_confidence", min_confidence, f"{eff} >= :min_confidence"),
-                ("permanence", permanence, "f.permanence = :permanence"),
-                ("source_butler", source_butler, "f.source_butler = :source_butler"),
-                ("validity", list(validity) if validity else None, "f.validity = ANY(:validity)"))
+    optional = (
+        ("subject", subject, "f.subject = :subject"),
+        ("q", q, "f.search_vector @@ plainto_tsquery('english', :q)"),
+        ("min_confidence", min_confidence, f"{eff} >= :min_confidence"),
+        ("permanence", permanence, "f.permanence = :permanence"),
+        ("source_butler", source_butler, "f.source_butler = :source_butler"),
+        ("validity", list(validity) if validity else None, "f.validity = ANY(:validity)"),
+    )
     for name, value, clause in optional:
         if value is not None:
             where.append(clause)
             params[name] = value
-    sql = (f"SELECT {FACT_COLUMNS}, {eff} AS effective_confidence FROM facts f WHERE {' AND '.join(where)} "
-           "ORDER BY f.subject, f.predicate, f.created_at DESC, f.id")
+    sql = (
+        f"SELECT {FACT_COLUMNS}, {eff} AS effective_confidence FROM facts f WHERE {' AND '.join(where)} "
+        "ORDER BY f.subject, f.predicate, f.created_at DESC, f.id"
+    )
     return _page(conn, sql, params, limit=limit, offset=offset)
 
 
 def list_rules(
-    conn: Connection, *, tenant_id: str, visibility: Visibility, limit: int, offset: int,
-    maturity: str | None = None, q: str | None = None, validity: Sequence[str] | None = None,
+    conn: Connection,
+    *,
+    tenant_id: str,
+    visibility: Visibility,
+    limit: int,
+    offset: int,
+    maturity: str | None = None,
+    q: str | None = None,
+    validity: Sequence[str] | None = None,
 ) -> Page:
     """Rules in playbook order: proven, established, candidate, anti-pattern; then effectiveness, age, id."""
     params: dict[str, Any] = {"t": tenant_id}
@@ -105,15 +135,25 @@ def list_rules(
     if validity:
         where.append("r.validity = ANY(:validity)")
         params["validity"] = list(validity)
-    sql = (f"SELECT {RULE_COLUMNS} FROM rules r WHERE {' AND '.join(where)} "
-           f"ORDER BY {MATURITY_RANK}, r.effectiveness_score DESC, r.created_at DESC, r.id")
+    sql = (
+        f"SELECT {RULE_COLUMNS} FROM rules r WHERE {' AND '.join(where)} "
+        f"ORDER BY {MATURITY_RANK}, r.effectiveness_score DESC, r.created_at DESC, r.id"
+    )
     return _page(conn, sql, params, limit=limit, offset=offset)
 
 
 def list_episodes(
-    conn: Connection, *, tenant_id: str, visibility: Visibility, limit: int, offset: int,
-    butler: str | None = None, start: datetime | None = None, end: datetime | None = None,
-    status: str | None = None, include_forgotten: bool = False,
+    conn: Connection,
+    *,
+    tenant_id: str,
+    visibility: Visibility,
+    limit: int,
+    offset: int,
+    butler: str | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    status: str | None = None,
+    include_forgotten: bool = False,
 ) -> Page:
     """Episodes newest first (then id, descending); forgotten ones only when asked for."""
     params: dict[str, Any] = {"t": tenant_id}
@@ -121,8 +161,12 @@ def list_episodes(
     if visibility.butlers is not None:
         where.append("e.butler = ANY(:butlers)")
         params["butlers"] = list(visibility.butlers)
-    optional = (("butler", butler, "e.butler = :butler"), ("start", start, "e.created_at >= :start"),
-                ("end", end, "e.created_at < :end"), ("status", status, "e.consolidation_status = :status"))
+    optional = (
+        ("butler", butler, "e.butler = :butler"),
+        ("start", start, "e.created_at >= :start"),
+        ("end", end, "e.created_at < :end"),
+        ("status", status, "e.consolidation_status = :status"),
+    )
     for name, value, clause in optional:
         if value is not None:
             where.append(clause)

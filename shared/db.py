@@ -22,7 +22,7 @@ def normalise_url(url: str) -> str:
     ships (server-side parameters, and statements prepared automatically once they repeat)."""
     for prefix in ("postgres://", "postgresql://", "postgresql+psycopg2://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 
@@ -65,8 +65,12 @@ def _embedded_settings_applied(admin_url: str) -> bool:
     try:
         with engine.connect() as conn:
             conn.execute(text(f"ALTER SYSTEM SET shared_buffers = '{EMBEDDED_SHARED_BUFFERS}'"))
-            return bool(conn.execute(text("SELECT pg_size_bytes(current_setting('shared_buffers')) = "
-                                          "pg_size_bytes(:want)"), {"want": EMBEDDED_SHARED_BUFFERS}).scalar())
+            return bool(
+                conn.execute(
+                    text("SELECT pg_size_bytes(current_setting('shared_buffers')) = pg_size_bytes(:want)"),
+                    {"want": EMBEDDED_SHARED_BUFFERS},
+                ).scalar()
+            )
     finally:
         engine.dispose()
 
@@ -92,12 +96,23 @@ def dead_client_settings(timeout_s: float) -> dict[str, str]:
     to TCP sessions; over a Unix socket PostgreSQL ignores them."""
     interval = max(1, round(timeout_s / 6))
     idle = max(1, round(timeout_s - 3 * interval))
-    return {"tcp_keepalives_idle": str(idle), "tcp_keepalives_interval": str(interval), "tcp_keepalives_count": "3",
-            "tcp_user_timeout": str(round(timeout_s * 1000))}
+    return {
+        "tcp_keepalives_idle": str(idle),
+        "tcp_keepalives_interval": str(interval),
+        "tcp_keepalives_count": "3",
+        "tcp_user_timeout": str(round(timeout_s * 1000)),
+    }
 
 
-def make_engine(url: str, *, pool_size: int = 5, connect_timeout_s: int = 3, max_overflow: int | None = None,
-                dead_client_timeout_s: float = DEAD_CLIENT_TIMEOUT_S, pre_ping: bool = True) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 5,
+    connect_timeout_s: int = 3,
+    max_overflow: int | None = None,
+    dead_client_timeout_s: float = DEAD_CLIENT_TIMEOUT_S,
+    pre_ping: bool = True,
+) -> Engine:
     """An engine with a bounded connect time whose sessions end when their client vanishes; made once per process
     (see :func:`engine_for`).
 
@@ -117,8 +132,10 @@ def make_engine(url: str, *, pool_size: int = 5, connect_timeout_s: int = 3, max
     def _end_session_when_client_vanishes(dbapi_connection: Any, _record: Any) -> None:
         # One round trip per new pooled connection; set_config rather than libpq's `options`, which PgBouncer refuses.
         with dbapi_connection.cursor() as cursor:
-            cursor.execute("SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
-                           [v for item in settings.items() for v in item])
+            cursor.execute(
+                "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
+                [v for item in settings.items() for v in item],
+            )
         dbapi_connection.commit()
 
     return engine

@@ -54,21 +54,49 @@ class Redriven:
 
 
 # Everything but the embedding and the search vector.
-_EPISODE_COLUMNS = (episodes.c.id, episodes.c.tenant_id, episodes.c.butler, episodes.c.seq, episodes.c.content,
-                    episodes.c.consolidation_status, episodes.c.consolidation_attempts,
-                    episodes.c.last_consolidation_error, episodes.c.created_at)
+_EPISODE_COLUMNS = (
+    episodes.c.id,
+    episodes.c.tenant_id,
+    episodes.c.butler,
+    episodes.c.seq,
+    episodes.c.content,
+    episodes.c.consolidation_status,
+    episodes.c.consolidation_attempts,
+    episodes.c.last_consolidation_error,
+    episodes.c.created_at,
+)
 
 
 def _episode(row: Any, *, full: bool) -> DeadLetter:
     content = row.content if full else row.content[:PREVIEW_CHARS]
-    return DeadLetter("episode", row.id, row.tenant_id, row.butler, row.seq, row.consolidation_status,
-                      row.consolidation_attempts, row.last_consolidation_error, row.created_at, {"content": content})
+    return DeadLetter(
+        "episode",
+        row.id,
+        row.tenant_id,
+        row.butler,
+        row.seq,
+        row.consolidation_status,
+        row.consolidation_attempts,
+        row.last_consolidation_error,
+        row.created_at,
+        {"content": content},
+    )
 
 
 def _intent(row: Any, *, full: bool) -> DeadLetter:
     payload = row.payload if full else {k: v for k, v in row.payload.items() if k in ("butler", "subject", "predicate")}
-    return DeadLetter("write_intent", row.id, row.tenant_id, row.butler, row.seq, row.status, row.attempts,
-                      row.last_error, row.created_at, {"kind": row.kind, "payload": payload})
+    return DeadLetter(
+        "write_intent",
+        row.id,
+        row.tenant_id,
+        row.butler,
+        row.seq,
+        row.status,
+        row.attempts,
+        row.last_error,
+        row.created_at,
+        {"kind": row.kind, "payload": payload},
+    )
 
 
 def list_dead_letters(conn: Connection, *, tenant_id: str | None = None, limit: int = 100) -> list[DeadLetter]:
@@ -122,8 +150,14 @@ def _selection(ids: Sequence[uuid.UUID] | None, tenant_id: str | None, limit: in
     return where, params
 
 
-def redrive(conn: Connection, *, ids: Sequence[uuid.UUID] | None = None, tenant_id: str | None = None,
-            actor: str, limit: int = REDRIVE_LIMIT) -> list[Redriven]:
+def redrive(
+    conn: Connection,
+    *,
+    ids: Sequence[uuid.UUID] | None = None,
+    tenant_id: str | None = None,
+    actor: str,
+    limit: int = REDRIVE_LIMIT,
+) -> list[Redriven]:
     """dead_letter → pending with attempts reset: the given ids, or (ids=None) every dead letter of the tenant/all."""
     check_transition("episode", "dead_letter", "pending")
     where, params = _selection(ids, tenant_id, limit)
@@ -131,9 +165,17 @@ def redrive(conn: Connection, *, ids: Sequence[uuid.UUID] | None = None, tenant_
     for kind, sql in (("episode", _REDRIVE_EPISODES), ("write_intent", _REDRIVE_INTENTS)):
         for row in conn.execute(text(sql.format(where=where)), params):
             out.append(Redriven(kind, row.id, row.tenant_id, row.butler))
-            events.append({"tenant_id": row.tenant_id, "event_type": f"{kind}.redriven", "entity_type": kind,
-                           "entity_id": row.id, "actor": actor, "request_id": None,
-                           "payload": {"butler": row.butler, "previous_error": row.error}})
+            events.append(
+                {
+                    "tenant_id": row.tenant_id,
+                    "event_type": f"{kind}.redriven",
+                    "entity_type": kind,
+                    "entity_id": row.id,
+                    "actor": actor,
+                    "request_id": None,
+                    "payload": {"butler": row.butler, "previous_error": row.error},
+                }
+            )
     repo.record_events(conn, events)
     return out
 
@@ -150,8 +192,14 @@ _DROP = {
 }
 
 
-def drop(conn: Connection, *, ids: Sequence[uuid.UUID] | None = None, tenant_id: str | None = None,
-         actor: str, limit: int = REDRIVE_LIMIT) -> list[Redriven]:
+def drop(
+    conn: Connection,
+    *,
+    ids: Sequence[uuid.UUID] | None = None,
+    tenant_id: str | None = None,
+    actor: str,
+    limit: int = REDRIVE_LIMIT,
+) -> list[Redriven]:
     """Delete dead letters for good: the given ids, or (ids=None) every dead letter of the tenant/all. Only dead
     letters: an id that is not one is left alone (and not returned). One audit event each, without content."""
     where, params = _selection(ids, tenant_id, limit)
@@ -159,7 +207,16 @@ def drop(conn: Connection, *, ids: Sequence[uuid.UUID] | None = None, tenant_id:
     for kind, sql in _DROP.items():
         for row in conn.execute(text(sql.format(where=where)), params):
             out.append(Redriven(kind, row.id, row.tenant_id, row.butler))
-            events.append({"tenant_id": row.tenant_id, "event_type": f"{kind}.dropped", "entity_type": kind,
-                           "entity_id": row.id, "actor": actor, "request_id": None, "payload": {"butler": row.butler}})
+            events.append(
+                {
+                    "tenant_id": row.tenant_id,
+                    "event_type": f"{kind}.dropped",
+                    "entity_type": kind,
+                    "entity_id": row.id,
+                    "actor": actor,
+                    "request_id": None,
+                    "payload": {"butler": row.butler},
+                }
+            )
     repo.record_events(conn, events)
     return out

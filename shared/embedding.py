@@ -82,8 +82,9 @@ class _TorchBackend:
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         with self._torch.inference_mode():
-            return self._model.encode(texts, batch_size=len(texts), normalize_embeddings=True,
-                                      convert_to_numpy=True, show_progress_bar=False)
+            return self._model.encode(
+                texts, batch_size=len(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
 
 
 class _OnnxBackend:
@@ -106,8 +107,9 @@ class _OnnxBackend:
         encodings = self._tok.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        return self._session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                        "token_type_ids": np.zeros_like(ids)})[0]
+        return self._session.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )[0]
 
 
 def onnx_model_path(cache_dir: Path) -> Path:
@@ -155,10 +157,14 @@ def _export_onnx(path: Path) -> None:
     inputs = ("input_ids", "attention_mask", "token_type_ids")
     with torch.no_grad():
         torch.onnx.export(
-            Pooled().eval(), (ids, mask, torch.zeros_like(ids)), str(tmp),
-            input_names=list(inputs), output_names=["embedding"],
+            Pooled().eval(),
+            (ids, mask, torch.zeros_like(ids)),
+            str(tmp),
+            input_names=list(inputs),
+            output_names=["embedding"],
             dynamic_axes={name: {0: "batch", 1: "tokens"} for name in inputs} | {"embedding": {0: "batch"}},
-            opset_version=17, dynamo=False,
+            opset_version=17,
+            dynamo=False,
         )
     reference = _TorchBackend(EmbeddingSettings(), threads=1)(list(PROBES))
     exported = _OnnxBackend.__new__(_OnnxBackend)
@@ -180,8 +186,14 @@ class Embedder:
     ``threads`` per embedding (default: the ``threads`` setting, for batches); ``query``: its time is observed as
     the read path's query embedding rather than a batch."""
 
-    def __init__(self, cfg: EmbeddingSettings | None = None, *, threads: int | None = None,
-                 cache_dir: Path | None = None, query: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: EmbeddingSettings | None = None,
+        *,
+        threads: int | None = None,
+        cache_dir: Path | None = None,
+        query: bool = False,
+    ) -> None:
         cfg = cfg or get_settings().embedding
         cache = cache_dir or cfg.cache_dir
         threads = threads or cfg.threads
@@ -208,7 +220,7 @@ class Embedder:
         with self._lock:
             started = time.perf_counter()  # the model's time only, not the wait for the lock
             for start in range(0, len(order), batch_size):
-                chunk = order[start:start + batch_size]
+                chunk = order[start : start + batch_size]
                 out[chunk] = self._run([texts[i] for i in chunk])
             telemetry.EMBED_SECONDS.labels("query" if self._query else "batch").observe(time.perf_counter() - started)
         return out

@@ -214,8 +214,9 @@ no code fence) matching this JSON Schema:
 
 
 def _vocabulary() -> str:
-    return "\n".join(f"   - {p.name}{' (set)' if p.multi else ''}: {p.meaning}; {p.permanence}"
-                     for p in PREDICATES.values())
+    return "\n".join(
+        f"   - {p.name}{' (set)' if p.multi else ''}: {p.meaning}; {p.permanence}" for p in PREDICATES.values()
+    )
 
 
 def _indent(text: str) -> str:

@@ -68,10 +68,13 @@ def merge_duplicates(answer: Answer) -> Answer:
     carrying the union of their source episodes; ``facts[N]`` references follow the merged facts."""
     facts, where = _merge(answer["facts"], lambda f: (_norm(f["subject"]), f["predicate"], _norm(f["content"])))
     rules = [
-        {**rule, "supporting_fact_refs": [
-            f"facts[{where[int(m.group(1))]}]" if (m := NEW_FACT_REF.fullmatch(ref)) else ref
-            for ref in rule["supporting_fact_refs"]
-        ]}
+        {
+            **rule,
+            "supporting_fact_refs": [
+                f"facts[{where[int(m.group(1))]}]" if (m := NEW_FACT_REF.fullmatch(ref)) else ref
+                for ref in rule["supporting_fact_refs"]
+            ],
+        }
         for rule in answer["rules"]
     ]
     return {

@@ -69,8 +69,9 @@ def scrub_traces(conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid
     return {"intents_scrubbed": intents, "events_scrubbed": events}
 
 
-def retract_derived(conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, actor: str,
-                    request_id: str | None) -> list[str]:
+def retract_derived(
+    conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, actor: str, request_id: str | None
+) -> list[str]:
     """Retract every live or historic fact and rule none of whose source episodes is remembered any more."""
     out = []
     for kind, entity_id, remembered in conn.execute(text(_DERIVED), {"t": tenant_id, "e": episode_id}).all():
@@ -79,23 +80,34 @@ def retract_derived(conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, 
             continue
         check_transition("fact", row["validity"], "retracted")  # rule validity follows the fact machine
         repo.update_row(conn, kind=kind, entity_id=entity_id, values={"validity": "retracted"})
-        repo.record_event(conn, tenant_id=tenant_id, event_type=f"{kind}.retracted", entity_type=kind,
-                          entity_id=entity_id, actor=actor, request_id=request_id,
-                          payload={"from_validity": row["validity"], "cause": RETRACTED_CAUSE,
-                                   "episodes": [str(episode_id)]})
+        repo.record_event(
+            conn,
+            tenant_id=tenant_id,
+            event_type=f"{kind}.retracted",
+            entity_type=kind,
+            entity_id=entity_id,
+            actor=actor,
+            request_id=request_id,
+            payload={"from_validity": row["validity"], "cause": RETRACTED_CAUSE, "episodes": [str(episode_id)]},
+        )
         out.append(str(entity_id))
     return out
 
 
-def restore_derived(conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, actor: str,
-                    request_id: str | None) -> dict[str, list[str]]:
+def restore_derived(
+    conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, actor: str, request_id: str | None
+) -> dict[str, list[str]]:
     """Bring back what forgetting this episode retracted: a fact to its history if it was superseded, else active
     unless another fact now holds its key (then it stays retracted, listed under ``kept``)."""
     restored, kept = [], []
     for kind, entity_id, remembered in conn.execute(text(_DERIVED), {"t": tenant_id, "e": episode_id}).all():
         row = repo.get_row(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, lock=True)
-        if not remembered or row is None or row["validity"] != "retracted" or not _retracted_by_sources(
-                conn, tenant_id=tenant_id, kind=kind, entity_id=entity_id):
+        if (
+            not remembered
+            or row is None
+            or row["validity"] != "retracted"
+            or not _retracted_by_sources(conn, tenant_id=tenant_id, kind=kind, entity_id=entity_id)
+        ):
             continue
         target = "superseded" if kind == "fact" and row["superseded_by_id"] is not None else "active"
         if target == "active" and kind == "fact" and _key_taken(conn, tenant_id=tenant_id, row=row):
@@ -103,21 +115,42 @@ def restore_derived(conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, 
             continue
         check_transition("fact", "retracted", target)
         repo.update_row(conn, kind=kind, entity_id=entity_id, values={"validity": target})
-        repo.record_event(conn, tenant_id=tenant_id, event_type=f"{kind}.restored", entity_type=kind,
-                          entity_id=entity_id, actor=actor, request_id=request_id,
-                          payload={"to": target, "cause": RESTORED_CAUSE, "episodes": [str(episode_id)]})
+        repo.record_event(
+            conn,
+            tenant_id=tenant_id,
+            event_type=f"{kind}.restored",
+            entity_type=kind,
+            entity_id=entity_id,
+            actor=actor,
+            request_id=request_id,
+            payload={"to": target, "cause": RESTORED_CAUSE, "episodes": [str(episode_id)]},
+        )
         restored.append(str(entity_id))
     return {"restored": restored, "kept": kept}
 
 
 def _retracted_by_sources(conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid.UUID) -> bool:
-    last = conn.execute(text(_LAST_LIFECYCLE), {
-        "t": tenant_id, "kind": kind, "id": entity_id, "forgotten": f"{kind}.forgotten", "retracted": f"{kind}.retracted",
-        "restored": f"{kind}.restored"}).first()
+    last = conn.execute(
+        text(_LAST_LIFECYCLE),
+        {
+            "t": tenant_id,
+            "kind": kind,
+            "id": entity_id,
+            "forgotten": f"{kind}.forgotten",
+            "retracted": f"{kind}.retracted",
+            "restored": f"{kind}.restored",
+        },
+    ).first()
     return last is not None and last.event_type == f"{kind}.retracted" and last.cause == RETRACTED_CAUSE
 
 
 def _key_taken(conn: Connection, *, tenant_id: str, row: Any) -> bool:
-    repo.lock_fact_key(conn, tenant_id=tenant_id, scope=row["scope"], subject=row["subject"], predicate=row["predicate"])
-    return any(r["id"] != row["id"] and r["validity"] == "active" for r in repo.current_facts_for_key(
-        conn, tenant_id=tenant_id, scope=row["scope"], subject=row["subject"], predicate=row["predicate"]))
+    repo.lock_fact_key(
+        conn, tenant_id=tenant_id, scope=row["scope"], subject=row["subject"], predicate=row["predicate"]
+    )
+    return any(
+        r["id"] != row["id"] and r["validity"] == "active"
+        for r in repo.current_facts_for_key(
+            conn, tenant_id=tenant_id, scope=row["scope"], subject=row["subject"], predicate=row["predicate"]
+        )
+    )

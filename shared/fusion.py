@@ -18,8 +18,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def fuse(*, semantic: float | None, keyword: float | None, semantic_weight: float,
-         keyword_exponent: float = 1.0) -> float:
+def fuse(
+    *, semantic: float | None, keyword: float | None, semantic_weight: float, keyword_exponent: float = 1.0
+) -> float:
     """``w * semantic + (1 - w) * keyword ** e``, each clamped to [0, 1]; a leg that did not run counts 0.
 
     An exponent above 1 discounts partial keyword matches (a row holding a third of the query's term weight gets
@@ -31,8 +32,9 @@ def fuse(*, semantic: float | None, keyword: float | None, semantic_weight: floa
     return semantic_weight * s + (1 - semantic_weight) * k
 
 
-def diversify(items: Sequence[T], *, score: Callable[[T], float], group: Callable[[T], Hashable | None],
-              decay: float, limit: int) -> list[T]:
+def diversify(
+    items: Sequence[T], *, score: Callable[[T], float], group: Callable[[T], Hashable | None], decay: float, limit: int
+) -> list[T]:
     """The first ``limit`` of ``items`` (given best first, scores >= 0) re-ranked greedily by ``score * decay ** shown`` where
     ``shown`` counts the items of the same group already taken (None = no group). ``decay`` 1 keeps the order.
 

@@ -29,12 +29,12 @@ class ConcurrentReplay(Exception):
 
 @dataclass(frozen=True)
 class WriteRequest:
-    kind: str                    # episode | fact | rule
-    butler: str                  # the shard key's butler
-    payload: dict[str, Any]      # the validated write model, as JSON
+    kind: str  # episode | fact | rule
+    butler: str  # the shard key's butler
+    payload: dict[str, Any]  # the validated write model, as JSON
     idempotency_key: str | None
     key_field: str = "idempotency_key"  # how the caller named the key (e.g. episodes.3.idempotency_key)
-    payload_hash: str | None = None     # what a replay must match, if not the payload's own hash (see accept)
+    payload_hash: str | None = None  # what a replay must match, if not the payload's own hash (see accept)
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,19 @@ class Accepted:
 
 def payload_hash(kind: str, payload: dict[str, Any]) -> str:
     """sha256 of the write as accepted (kind and canonical JSON payload): what a replay must match."""
-    canonical = json.dumps({"kind": kind, "payload": payload}, sort_keys=True, separators=(",", ":"),
-                           ensure_ascii=False)
+    canonical = json.dumps(
+        {"kind": kind, "payload": payload}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def accept(
-    conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], actor: str, request_id: str | None,
+    conn: Connection,
+    *,
+    tenant_id: str,
+    writes: Sequence[WriteRequest],
+    actor: str,
+    request_id: str | None,
     trace_context: dict[str, str] | None = None,
 ) -> list[Accepted]:
     """Record writes durably (in the caller's transaction), in order; replays return their first id.
@@ -83,9 +89,15 @@ def accept(
         else:
             first[key] = i
             fresh.append(w)
-    assigned = _assign(conn, tenant_id=tenant_id, writes=fresh,
-                       hashes={id(w): h for w, h in zip(writes, hashes, strict=True)},
-                       actor=actor, request_id=request_id, trace_context=trace_context)
+    assigned = _assign(
+        conn,
+        tenant_id=tenant_id,
+        writes=fresh,
+        hashes={id(w): h for w, h in zip(writes, hashes, strict=True)},
+        actor=actor,
+        request_id=request_id,
+        trace_context=trace_context,
+    )
     out: list[Accepted] = []
     for i, w in enumerate(writes):
         key = (w.butler, w.idempotency_key) if w.idempotency_key else None
@@ -106,10 +118,17 @@ def _existing(conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest
     if not keys:
         return {}
     rows = conn.execute(
-        select(write_intents.c.id, write_intents.c.kind, write_intents.c.butler, write_intents.c.seq,
-               write_intents.c.idempotency_key, write_intents.c.payload_hash)
-        .where(write_intents.c.tenant_id == tenant_id,
-               tuple_(write_intents.c.butler, write_intents.c.idempotency_key).in_(keys))
+        select(
+            write_intents.c.id,
+            write_intents.c.kind,
+            write_intents.c.butler,
+            write_intents.c.seq,
+            write_intents.c.idempotency_key,
+            write_intents.c.payload_hash,
+        ).where(
+            write_intents.c.tenant_id == tenant_id,
+            tuple_(write_intents.c.butler, write_intents.c.idempotency_key).in_(keys),
+        )
     ).mappings()
     return {(r["butler"], r["idempotency_key"]): r for r in rows}
 
@@ -118,12 +137,20 @@ def _conflict(index: int, writes: Sequence[WriteRequest], used_by: str) -> Idemp
     write = writes[index]
     return IdempotencyConflict(
         f"{write.key_field}: {write.idempotency_key!r} was already used for a different write ({used_by}); "
-        "a retry must send the same arguments, a new write needs a new key", field=write.key_field)
+        "a retry must send the same arguments, a new write needs a new key",
+        field=write.key_field,
+    )
 
 
 def _assign(
-    conn: Connection, *, tenant_id: str, writes: Sequence[WriteRequest], hashes: dict[int, str], actor: str,
-    request_id: str | None, trace_context: dict[str, str] | None,
+    conn: Connection,
+    *,
+    tenant_id: str,
+    writes: Sequence[WriteRequest],
+    hashes: dict[int, str],
+    actor: str,
+    request_id: str | None,
+    trace_context: dict[str, str] | None,
 ) -> dict[Any, Accepted]:
     """Allocate gap-free sequences per butler (row-locking the counter until commit) and insert the intents."""
     by_butler: dict[str, list[WriteRequest]] = {}
@@ -133,9 +160,11 @@ def _assign(
     for butler in sorted(by_butler):  # a fixed lock order: two batches can't deadlock on counters
         batch = by_butler[butler]
         last = conn.execute(
-            pg_insert(shard_sequences).values(tenant_id=tenant_id, butler=butler, last_seq=len(batch))
-            .on_conflict_do_update(index_elements=["tenant_id", "butler"],
-                                   set_={"last_seq": shard_sequences.c.last_seq + len(batch)})
+            pg_insert(shard_sequences)
+            .values(tenant_id=tenant_id, butler=butler, last_seq=len(batch))
+            .on_conflict_do_update(
+                index_elements=["tenant_id", "butler"], set_={"last_seq": shard_sequences.c.last_seq + len(batch)}
+            )
             .returning(shard_sequences.c.last_seq)
         ).scalar_one()
         for offset, w in enumerate(batch):
@@ -143,18 +172,33 @@ def _assign(
             result[id(w)] = accepted
             if w.idempotency_key:
                 result[(butler, w.idempotency_key)] = accepted
-            rows.append({"id": accepted.id, "tenant_id": tenant_id, "butler": butler, "seq": accepted.seq,
-                         "kind": w.kind, "payload": w.payload, "idempotency_key": w.idempotency_key,
-                         "payload_hash": hashes[id(w)], "request_id": request_id, "actor": actor,
-                         # The accept time is the database's clock, never the front's: a fact's "is it late?"
-                         # check (shared.writes.store_fact) orders writes by it, and fronts' clocks differ.
-                         "created_at": func.clock_timestamp(), "trace_context": trace_context})
+            rows.append(
+                {
+                    "id": accepted.id,
+                    "tenant_id": tenant_id,
+                    "butler": butler,
+                    "seq": accepted.seq,
+                    "kind": w.kind,
+                    "payload": w.payload,
+                    "idempotency_key": w.idempotency_key,
+                    "payload_hash": hashes[id(w)],
+                    "request_id": request_id,
+                    "actor": actor,
+                    # The accept time is the database's clock, never the front's: a fact's "is it late?"
+                    # check (shared.writes.store_fact) orders writes by it, and fronts' clocks differ.
+                    "created_at": func.clock_timestamp(),
+                    "trace_context": trace_context,
+                }
+            )
     if rows:
         inserted = conn.execute(
-            pg_insert(write_intents).values(rows).on_conflict_do_nothing(
+            pg_insert(write_intents)
+            .values(rows)
+            .on_conflict_do_nothing(
                 index_elements=["tenant_id", "butler", "idempotency_key"],
                 index_where=write_intents.c.idempotency_key.is_not(None),
-            ).returning(write_intents.c.id)
+            )
+            .returning(write_intents.c.id)
         ).all()
         if len(inserted) != len(rows):
             raise ConcurrentReplay("an idempotency key was accepted concurrently")
@@ -168,10 +212,15 @@ def claim_pending(conn: Connection, *, tenant_id: str, butler: str, limit: int) 
     due = func.coalesce(write_intents.c.next_attempt_at <= func.now(), True).label("due")
     claimed: list[RowMapping] = []
     for row in conn.execute(
-        select(write_intents, due).where(
-            write_intents.c.tenant_id == tenant_id, write_intents.c.butler == butler,
+        select(write_intents, due)
+        .where(
+            write_intents.c.tenant_id == tenant_id,
+            write_intents.c.butler == butler,
             write_intents.c.status == "pending",
-        ).order_by(write_intents.c.seq).limit(limit).with_for_update(of=write_intents, skip_locked=True)
+        )
+        .order_by(write_intents.c.seq)
+        .limit(limit)
+        .with_for_update(of=write_intents, skip_locked=True)
     ).mappings():
         if not row["due"]:
             break
@@ -182,10 +231,14 @@ def claim_pending(conn: Connection, *, tenant_id: str, butler: str, limit: int) 
 def retry_in(conn: Connection, *, tenant_id: str, butler: str) -> float | None:
     """Seconds (database clock) until the key's first pending intent may be tried again; None if it is due now."""
     wait = conn.execute(
-        select(func.extract("epoch", write_intents.c.next_attempt_at - func.now())).where(
-            write_intents.c.tenant_id == tenant_id, write_intents.c.butler == butler,
+        select(func.extract("epoch", write_intents.c.next_attempt_at - func.now()))
+        .where(
+            write_intents.c.tenant_id == tenant_id,
+            write_intents.c.butler == butler,
             write_intents.c.status == "pending",
-        ).order_by(write_intents.c.seq).limit(1)
+        )
+        .order_by(write_intents.c.seq)
+        .limit(1)
     ).scalar()
     return float(wait) if wait is not None and wait > 0 else None
 
@@ -194,12 +247,18 @@ def has_pending(conn: Connection, *, tenant_id: str, butler: str) -> bool:
     """Whether the key has work now: a pending intent, the oldest not waiting out a retry backoff. Locks nothing: a
     check that row-locked the oldest intent (as claim_pending does) would make the key's holder, claiming with SKIP
     LOCKED meanwhile, apply later ones first."""
-    return bool(conn.execute(
-        select(func.coalesce(write_intents.c.next_attempt_at <= func.now(), True)).where(
-            write_intents.c.tenant_id == tenant_id, write_intents.c.butler == butler,
-            write_intents.c.status == "pending",
-        ).order_by(write_intents.c.seq).limit(1)
-    ).scalar())
+    return bool(
+        conn.execute(
+            select(func.coalesce(write_intents.c.next_attempt_at <= func.now(), True))
+            .where(
+                write_intents.c.tenant_id == tenant_id,
+                write_intents.c.butler == butler,
+                write_intents.c.status == "pending",
+            )
+            .order_by(write_intents.c.seq)
+            .limit(1)
+        ).scalar()
+    )
 
 
 def mark_applied(conn: Connection, *, ids: Sequence[uuid.UUID], now: datetime) -> None:
@@ -209,28 +268,48 @@ def mark_applied(conn: Connection, *, ids: Sequence[uuid.UUID], now: datetime) -
 
 # The SQL twin of shared.scoring.backoff_seconds (equal jitter, attempt = attempts + 1), on the database clock so
 # fronts and workers with skewed clocks agree on when an intent is due. The exponent is bounded like the twin's.
-BACKOFF_SQL = ("now() + make_interval(secs => least(CAST(:cap AS float8), CAST(:base AS float8) * "
-               "power(2, least(attempts, 1000))) * (0.5 + random() / 2))")
+BACKOFF_SQL = (
+    "now() + make_interval(secs => least(CAST(:cap AS float8), CAST(:base AS float8) * "
+    "power(2, least(attempts, 1000))) * (0.5 + random() / 2))"
+)
 
 
-def mark_failed(conn: Connection, *, intent_id: uuid.UUID, error: str, max_attempts: int, backoff_base_s: float,
-                backoff_max_s: float) -> str:
+def mark_failed(
+    conn: Connection,
+    *,
+    intent_id: uuid.UUID,
+    error: str,
+    max_attempts: int,
+    backoff_base_s: float,
+    backoff_max_s: float,
+) -> str:
     """Count a failed apply; after ``max_attempts`` the intent is dead-lettered, else it is retried after a
     jittered exponential backoff (``next_attempt_at``). Returns the new status."""
     return conn.execute(
-        update(write_intents).where(write_intents.c.id == intent_id).values(
-            attempts=write_intents.c.attempts + 1, last_error=error[:2000],
+        update(write_intents)
+        .where(write_intents.c.id == intent_id)
+        .values(
+            attempts=write_intents.c.attempts + 1,
+            last_error=error[:2000],
             status=text(f"CASE WHEN attempts + 1 >= {int(max_attempts)} THEN 'dead_letter' ELSE 'pending' END"),
             next_attempt_at=text(BACKOFF_SQL).bindparams(base=backoff_base_s, cap=backoff_max_s),
-        ).returning(write_intents.c.status)
+        )
+        .returning(write_intents.c.status)
     ).scalar_one()
 
 
 def stale_pending_keys(conn: Connection, *, older_than: datetime, limit: int = 1000) -> list[tuple[str, str]]:
     """(tenant, butler) keys with a pending intent accepted before ``older_than``: their wake-up may be lost."""
-    return [(r.tenant_id, r.butler) for r in conn.execute(
-        select(write_intents.c.tenant_id, write_intents.c.butler)
-        .where(write_intents.c.status == "pending", write_intents.c.created_at < older_than,
-               func.coalesce(write_intents.c.next_attempt_at <= func.now(), True))
-        .group_by(write_intents.c.tenant_id, write_intents.c.butler).limit(limit)
-    )]
+    return [
+        (r.tenant_id, r.butler)
+        for r in conn.execute(
+            select(write_intents.c.tenant_id, write_intents.c.butler)
+            .where(
+                write_intents.c.status == "pending",
+                write_intents.c.created_at < older_than,
+                func.coalesce(write_intents.c.next_attempt_at <= func.now(), True),
+            )
+            .group_by(write_intents.c.tenant_id, write_intents.c.butler)
+            .limit(limit)
+        )
+    ]

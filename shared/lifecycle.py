@@ -72,9 +72,7 @@ def normalise_validity(value: str) -> str:
     """A fact validity in today's words (``forgotten`` -> ``retracted``); unknown values are refused."""
     normalised = LEGACY_VALIDITY.get(value, value)
     if normalised not in FACT_TRANSITIONS:
-        raise InvalidInput(
-            f"unknown validity {value!r}; expected one of {', '.join(FACT_STATES)}", field="validity"
-        )
+        raise InvalidInput(f"unknown validity {value!r}; expected one of {', '.join(FACT_STATES)}", field="validity")
     return normalised
 
 
@@ -136,8 +134,11 @@ def rule_evidence(applications: Sequence[tuple[str, datetime]], *, now: datetime
         if outcome in weight:
             weight[outcome] += 0.5 ** (elapsed_days(since=at, now=now) / half_life_days)
             count[outcome] += 1
-    return Evidence(count["helpful"], count["harmful"],
-                    effectiveness(success_count=weight["helpful"], harmful_count=weight["harmful"]))
+    return Evidence(
+        count["helpful"],
+        count["harmful"],
+        effectiveness(success_count=weight["helpful"], harmful_count=weight["harmful"]),
+    )
 
 
 def next_maturity(
@@ -162,8 +163,11 @@ def next_maturity(
         raise InvalidInput(f"unknown rule maturity {maturity!r}", field="maturity")
     if maturity == "anti_pattern":
         return maturity
-    eff = (effectiveness(success_count=success_count, harmful_count=harmful_count)
-           if recent_effectiveness is None else recent_effectiveness)
+    eff = (
+        effectiveness(success_count=success_count, harmful_count=harmful_count)
+        if recent_effectiveness is None
+        else recent_effectiveness
+    )
     harm = rules.harmful_to_antipattern
     if harmful_count >= harm.min_harmful and eff < harm.max_effectiveness:
         return "anti_pattern"

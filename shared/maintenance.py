@@ -26,7 +26,11 @@ from shared import partitions, receipts
 from shared.config import FactSettings, RuleSettings, Settings
 from shared.db import sqlstate
 from shared.lifecycle import (
-    ANTI_PATTERN_BODY_CHARS, ANTI_PATTERN_PREFIX, ANTI_PATTERN_REASONS_CHARS, DEFAULT_HARM_REASON, RULE_MAX_CHARS,
+    ANTI_PATTERN_BODY_CHARS,
+    ANTI_PATTERN_PREFIX,
+    ANTI_PATTERN_REASONS_CHARS,
+    DEFAULT_HARM_REASON,
+    RULE_MAX_CHARS,
     check_transition,
 )
 from shared.scoring import effective_confidence_sql
@@ -57,16 +61,21 @@ T = TypeVar("T")
 
 # Every state change a sweep makes; rule validity follows the fact validity machine (as writes.confirm does).
 SWEEP_TRANSITIONS: tuple[tuple[str, str, str], ...] = (
-    ("fact", "active", "fading"), ("fact", "active", "expired"), ("fact", "fading", "expired"),
-    ("rule", "candidate", "anti_pattern"), ("rule", "established", "anti_pattern"),
+    ("fact", "active", "fading"),
+    ("fact", "active", "expired"),
+    ("fact", "fading", "expired"),
+    ("rule", "candidate", "anti_pattern"),
+    ("rule", "established", "anti_pattern"),
     ("rule", "proven", "anti_pattern"),
 )
 for _machine, _from, _to in SWEEP_TRANSITIONS:  # fail at import, not at 3 a.m., if the tables change
     check_transition(_machine, _from, _to)
 
 DECAYS = "({eff} < :expiry OR ({t}.validity = 'active' AND {eff} < :retrieval))"
-NEW_VALIDITY = "CASE WHEN {eff} < :expiry THEN 'expired' WHEN {t}.validity = 'active' AND {eff} < :retrieval " \
-               "THEN 'fading' ELSE {t}.validity END"
+NEW_VALIDITY = (
+    "CASE WHEN {eff} < :expiry THEN 'expired' WHEN {t}.validity = 'active' AND {eff} < :retrieval "
+    "THEN 'fading' ELSE {t}.validity END"
+)
 # The page carries each row's tuple id: the UPDATE goes straight to the version the page read (a TID scan) instead
 # of a second primary-key descent per row. A row a writer changed meanwhile no longer has that tuple id and is
 # skipped (left to the next sweep), never overwritten.
@@ -78,7 +87,10 @@ SELECT (SELECT id FROM page ORDER BY id DESC LIMIT 1) AS last_id, (SELECT count(
        (SELECT coalesce(jsonb_object_agg(event_type, n), '{{}}') FROM
            (SELECT event_type, count(*) AS n FROM events GROUP BY event_type) c) AS changes"""
 
-FACT_SQL = "WITH " + PAGE.format(table="facts", extra="") + """,
+FACT_SQL = (
+    "WITH "
+    + PAGE.format(table="facts", extra="")
+    + """,
 changed AS (
     UPDATE facts f SET validity = {new_validity}
     FROM page p WHERE f.ctid = p.tid AND f.validity IN ('active', 'fading') AND {decays}
@@ -87,7 +99,9 @@ events AS (
     INSERT INTO memory_events (tenant_id, event_type, entity_type, entity_id, actor, payload)
     SELECT tenant_id, 'fact.' || to_state, 'fact', id, :actor, jsonb_build_object(
         'from', from_state, 'to', to_state, 'effective_confidence', round(eff::numeric, 6))
-    FROM changed RETURNING event_type)""" + TAIL
+    FROM changed RETURNING event_type)"""
+    + TAIL
+)
 
 # The SQL twin of shared.lifecycle.anti_pattern_content: strip, drop trailing dots, lower a capitalised
 # first word, cut to the body bound, then the newest trimmed harmful reasons that fit the reasons budget joined
@@ -108,10 +122,14 @@ ANTI_PATTERN_SQL = f"""CASE WHEN upper(btrim(f.content, {_WS})) LIKE '{ANTI_PATT
                 WHERE a.rule_id = f.id AND a.outcome = 'harmful' AND btrim(a.reason, {_WS}) <> '') reasons
             WHERE used <= {ANTI_PATTERN_REASONS_CHARS + 2}),
             '{DEFAULT_HARM_REASON}') END"""
-INVERTS = "(f.harmful_count >= :min_harmful AND f.effectiveness_score < :max_effectiveness " \
-          "AND f.maturity <> 'anti_pattern')"
+INVERTS = (
+    "(f.harmful_count >= :min_harmful AND f.effectiveness_score < :max_effectiveness AND f.maturity <> 'anti_pattern')"
+)
 
-RULE_SQL = "WITH " + PAGE.format(table="rules", extra=", maturity") + """,
+RULE_SQL = (
+    "WITH "
+    + PAGE.format(table="rules", extra=", maturity")
+    + """,
 changed AS (
     UPDATE rules f SET validity = {new_validity},
         maturity = CASE WHEN {inverts} THEN 'anti_pattern' ELSE f.maturity END,
@@ -130,14 +148,15 @@ events AS (
         (CASE WHEN c.to_maturity <> c.from_maturity THEN 'rule.inverted' END, jsonb_build_object(
             'from', c.from_maturity, 'to', c.to_maturity, 'content', c.content))
     ) AS e(event_type, payload) WHERE e.event_type IS NOT NULL
-    RETURNING event_type)""" + TAIL
+    RETURNING event_type)"""
+    + TAIL
+)
 
 
 def _render(template: str, **extra: str) -> str:
     eff_f = effective_confidence_sql("f")
     return template.format(
-        new_validity=NEW_VALIDITY.format(eff=eff_f, t="f"), decays=DECAYS.format(eff=eff_f, t="f"),
-        eff_f=eff_f, **extra,
+        new_validity=NEW_VALIDITY.format(eff=eff_f, t="f"), decays=DECAYS.format(eff=eff_f, t="f"), eff_f=eff_f, **extra
     )
 
 
@@ -148,19 +167,33 @@ DECAY_STATEMENTS: dict[str, str] = {
 
 
 def decay_sweep_batch(
-    conn: Connection, *, kind: Kind = "fact", after_id: uuid.UUID | None, batch: int, now: datetime,
-    facts_cfg: FactSettings, rules_cfg: RuleSettings,
+    conn: Connection,
+    *,
+    kind: Kind = "fact",
+    after_id: uuid.UUID | None,
+    batch: int,
+    now: datetime,
+    facts_cfg: FactSettings,
+    rules_cfg: RuleSettings,
 ) -> tuple[uuid.UUID | None, dict[str, int]]:
     """One statement: the next ``batch`` live rows after ``after_id`` move to their band, each with its event."""
     harm = rules_cfg.harmful_to_antipattern
     # A batch lost in a crash is lost with its events (one transaction) and redone by the next run: no need to
     # wait for the WAL flush at each of a million-row sweep's hundreds of commits.
     conn.execute(text("SET LOCAL synchronous_commit = off"))
-    row = conn.execute(text(DECAY_STATEMENTS[kind]), {
-        "after_id": str(after_id or NIL_ID), "batch": batch, "now": now, "actor": SWEEP_ACTOR,
-        "retrieval": facts_cfg.retrieval_confidence_threshold, "expiry": facts_cfg.expiry_confidence_threshold,
-        "min_harmful": harm.min_harmful, "max_effectiveness": harm.max_effectiveness,
-    }).one()
+    row = conn.execute(
+        text(DECAY_STATEMENTS[kind]),
+        {
+            "after_id": str(after_id or NIL_ID),
+            "batch": batch,
+            "now": now,
+            "actor": SWEEP_ACTOR,
+            "retrieval": facts_cfg.retrieval_confidence_threshold,
+            "expiry": facts_cfg.expiry_confidence_threshold,
+            "min_harmful": harm.min_harmful,
+            "max_effectiveness": harm.max_effectiveness,
+        },
+    ).one()
     summary = {f"{kind}s_scanned": row.scanned, **row.changes}
     return row.last_id, summary
 
@@ -188,9 +221,12 @@ def in_transaction(engine: Engine, step: Callable[[Connection], T]) -> T:
     """``step(conn)`` in a transaction of its own, re-run (bounded) if PostgreSQL chose it as a deadlock victim."""
     retrying = Retrying(
         retry=retry_if_exception(lambda exc: isinstance(exc, DBAPIError) and sqlstate(exc) == "40P01"),
-        stop=stop_after_attempt(DEADLOCK_RETRIES), reraise=True,
-        before_sleep=lambda state: log.warning("sweep batch deadlocked; running it again",
-                                               extra={"attempt": state.attempt_number}))
+        stop=stop_after_attempt(DEADLOCK_RETRIES),
+        reraise=True,
+        before_sleep=lambda state: log.warning(
+            "sweep batch deadlocked; running it again", extra={"attempt": state.attempt_number}
+        ),
+    )
     for attempt in retrying:
         with attempt, engine.begin() as conn:
             return step(conn)
@@ -224,10 +260,18 @@ def decay_sweep(engine: Engine, *, now: datetime, settings: Settings, batch: int
         for kind in ("fact", "rule"):
             after: uuid.UUID | None = None
             while True:
-                after, summary = in_transaction(engine, lambda conn, start=after, kind=kind: decay_sweep_batch(
-                    conn, kind=kind, after_id=start, batch=batch, now=now,
-                    facts_cfg=settings.memory.facts, rules_cfg=settings.memory.rules,
-                ))
+                after, summary = in_transaction(
+                    engine,
+                    lambda conn, start=after, kind=kind: decay_sweep_batch(
+                        conn,
+                        kind=kind,
+                        after_id=start,
+                        batch=batch,
+                        now=now,
+                        facts_cfg=settings.memory.facts,
+                        rules_cfg=settings.memory.rules,
+                    ),
+                )
                 totals.update({**summary, "batches": 1})
                 progress.tick(totals)
                 if summary[f"{kind}s_scanned"] < batch:  # a short page is the last one
@@ -292,23 +336,25 @@ SELECT count(*) FROM deleted"""
 def delete_expired_batch(conn: Connection, *, now: datetime, batch: int, dead_before: datetime) -> int:
     """Delete up to ``batch`` episodes whose expires_at has passed (a dead letter only once it was accepted before
     ``dead_before``); one event per tenant."""
-    return conn.execute(text(EXPIRED_SQL), {"now": now, "batch": batch, "actor": CLEANUP_ACTOR,
-                                            "dead_before": dead_before}).scalar_one()
+    return conn.execute(
+        text(EXPIRED_SQL), {"now": now, "batch": batch, "actor": CLEANUP_ACTOR, "dead_before": dead_before}
+    ).scalar_one()
 
 
-def delete_old_intents_batch(conn: Connection, *, applied_before: datetime, dead_before: datetime,
-                             batch: int) -> int:
+def delete_old_intents_batch(conn: Connection, *, applied_before: datetime, dead_before: datetime, batch: int) -> int:
     """Delete up to ``batch`` write intents applied before ``applied_before`` or dead-lettered and accepted
     before ``dead_before``; pending ones are never touched. One event per tenant."""
-    return conn.execute(text(INTENTS_SQL), {"applied_before": applied_before, "dead_before": dead_before,
-                                            "batch": batch, "actor": CLEANUP_ACTOR}).scalar_one()
+    return conn.execute(
+        text(INTENTS_SQL),
+        {"applied_before": applied_before, "dead_before": dead_before, "batch": batch, "actor": CLEANUP_ACTOR},
+    ).scalar_one()
 
 
 def evict_over_capacity_batch(conn: Connection, *, max_entries: int, batch: int) -> int:
     """Delete up to ``batch`` of the oldest consolidated episodes of tenants holding more than ``max_entries``."""
-    return conn.execute(text(CAPACITY_SQL), {
-        "max_entries": max_entries, "batch": batch, "actor": CLEANUP_ACTOR,
-    }).scalar_one()
+    return conn.execute(
+        text(CAPACITY_SQL), {"max_entries": max_entries, "batch": batch, "actor": CLEANUP_ACTOR}
+    ).scalar_one()
 
 
 def _drain(engine: Engine, step: Callable[[Connection], int], *, batch: int) -> tuple[int, int]:
@@ -329,23 +375,35 @@ def episode_cleanup(engine: Engine, *, now: datetime, settings: Settings, batch:
             return {"skipped": "already running"}
         started = time.monotonic()
         dead_before = now - timedelta(days=settings.schedule.dead_letters_retention_days)
-        expired, b1 = _drain(engine, lambda c: delete_expired_batch(c, now=now, batch=batch, dead_before=dead_before),
-                             batch=batch)
+        expired, b1 = _drain(
+            engine, lambda c: delete_expired_batch(c, now=now, batch=batch, dead_before=dead_before), batch=batch
+        )
         max_entries = settings.memory.episodes.max_entries
         evicted, b2 = _drain(
-            engine, lambda c: evict_over_capacity_batch(c, max_entries=max_entries, batch=batch), batch=batch,
+            engine, lambda c: evict_over_capacity_batch(c, max_entries=max_entries, batch=batch), batch=batch
         )
         applied_before = now - timedelta(days=settings.schedule.intents_retention_days)
-        intents, b3 = _drain(engine, lambda c: delete_old_intents_batch(
-            c, applied_before=applied_before, dead_before=dead_before, batch=batch), batch=batch)
+        intents, b3 = _drain(
+            engine,
+            lambda c: delete_old_intents_batch(c, applied_before=applied_before, dead_before=dead_before, batch=batch),
+            batch=batch,
+        )
         with engine.begin() as conn:
-            runs = conn.execute(text("DELETE FROM maintenance_runs WHERE started_at < CAST(:before AS timestamptz)"),
-                                {"before": now - timedelta(days=settings.schedule.runs_retention_days)}).rowcount
+            runs = conn.execute(
+                text("DELETE FROM maintenance_runs WHERE started_at < CAST(:before AS timestamptz)"),
+                {"before": now - timedelta(days=settings.schedule.runs_retention_days)},
+            ).rowcount
             kept_for = timedelta(days=settings.api.feedback_key_retention_days)
             feedback_keys = receipts.prune(conn, before=now - kept_for)
-        result = {"expired_deleted": expired, "capacity_deleted": evicted, "intents_deleted": intents,
-                  "batches": b1 + b2 + b3, "maintenance_runs_deleted": runs,
-                  "feedback_receipts_deleted": feedback_keys, "seconds": round(time.monotonic() - started, 3)}
+        result = {
+            "expired_deleted": expired,
+            "capacity_deleted": evicted,
+            "intents_deleted": intents,
+            "batches": b1 + b2 + b3,
+            "maintenance_runs_deleted": runs,
+            "feedback_receipts_deleted": feedback_keys,
+            "seconds": round(time.monotonic() - started, 3),
+        }
         log.info("episode_cleanup done", extra=result)
         return result
 
@@ -356,8 +414,10 @@ def event_partitions(engine: Engine, *, now: datetime, settings: Settings) -> di
         if not got:
             return {"skipped": "already running"}
         started = time.monotonic()
-        result = {**partitions.maintain(engine, now=now, settings=settings),
-                  "seconds": round(time.monotonic() - started, 3)}
+        result = {
+            **partitions.maintain(engine, now=now, settings=settings),
+            "seconds": round(time.monotonic() - started, 3),
+        }
         # "created" is a LogRecord attribute: the months go under other names
         log.info("event_partitions done", extra={f"partitions_{k}": v for k, v in result.items()})
         return result
@@ -365,14 +425,18 @@ def event_partitions(engine: Engine, *, now: datetime, settings: Settings) -> di
 
 def claim_tick(conn: Connection, *, task: str, tick: str) -> int | None:
     """Insert the (task, tick) run row; None when another process claimed this tick first."""
-    return conn.execute(text(
-        "INSERT INTO maintenance_runs (task, tick) VALUES (:task, :tick) ON CONFLICT (task, tick) DO NOTHING "
-        "RETURNING id"
-    ), {"task": task, "tick": tick}).scalar_one_or_none()
+    return conn.execute(
+        text(
+            "INSERT INTO maintenance_runs (task, tick) VALUES (:task, :tick) ON CONFLICT (task, tick) DO NOTHING "
+            "RETURNING id"
+        ),
+        {"task": task, "tick": tick},
+    ).scalar_one_or_none()
 
 
 def finish_run(conn: Connection, *, run_id: int, summary: dict[str, Any]) -> None:
     """Record a claimed run's outcome for the dashboard."""
-    conn.execute(text(
-        "UPDATE maintenance_runs SET finished_at = clock_timestamp(), summary = CAST(:s AS jsonb) WHERE id = :id"
-    ), {"id": run_id, "s": json.dumps(summary, default=str)})
+    conn.execute(
+        text("UPDATE maintenance_runs SET finished_at = clock_timestamp(), summary = CAST(:s AS jsonb) WHERE id = :id"),
+        {"id": run_id, "s": json.dumps(summary, default=str)},
+    )

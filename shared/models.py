@@ -32,14 +32,16 @@ def _ts(name: str, **kw: object) -> Column:
 
 
 tenants = Table(
-    "tenants", metadata,
+    "tenants",
+    metadata,
     Column("id", Text, primary_key=True),
     Column("display_name", Text, nullable=False, server_default=""),
     _ts("created_at", nullable=False),
 )
 
 api_tokens = Table(
-    "api_tokens", metadata,
+    "api_tokens",
+    metadata,
     Column("id", UUID(as_uuid=True), primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("name", Text, nullable=False),
@@ -53,7 +55,8 @@ api_tokens = Table(
 
 # A purged tenant's tombstone: kept outside the tenant (no foreign key), the audit of its erasure.
 tenant_purges = Table(
-    "tenant_purges", metadata,
+    "tenant_purges",
+    metadata,
     Column("id", BigInteger, primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("requested_by", Text, nullable=False),
@@ -63,7 +66,8 @@ tenant_purges = Table(
 )
 
 embedding_versions = Table(
-    "embedding_versions", metadata,
+    "embedding_versions",
+    metadata,
     Column("id", SmallInteger, primary_key=True),
     Column("model", Text, nullable=False),
     Column("revision", Text, nullable=False),
@@ -72,14 +76,16 @@ embedding_versions = Table(
 )
 
 shard_sequences = Table(
-    "shard_sequences", metadata,
+    "shard_sequences",
+    metadata,
     Column("tenant_id", Text, primary_key=True),
     Column("butler", Text, primary_key=True),
     Column("last_seq", BigInteger, nullable=False),
 )
 
 write_intents = Table(
-    "write_intents", metadata,
+    "write_intents",
+    metadata,
     Column("id", UUID(as_uuid=True), primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("butler", Text, nullable=False),
@@ -95,12 +101,13 @@ write_intents = Table(
     _ts("created_at", nullable=False),
     _ts("applied_at"),
     Column("payload_hash", Text),  # sha256 of (kind, payload): a replay must carry the same write
-    _ts("next_attempt_at"),        # a failed intent waits until then (backoff), and its key's later intents too
+    _ts("next_attempt_at"),  # a failed intent waits until then (backoff), and its key's later intents too
     Column("trace_context", JSONB),  # the accepting call's W3C traceparent/tracestate (shared.tracing)
 )
 
 episodes = Table(
-    "episodes", metadata,
+    "episodes",
+    metadata,
     Column("id", UUID(as_uuid=True), primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("butler", Text, nullable=False),
@@ -132,7 +139,8 @@ episodes = Table(
 # An episode's other embeddings: n = 0 itself after its preceding turn, n >= 1 windows of a long one
 # (see shared.conversation).
 episode_vectors = Table(
-    "episode_vectors", metadata,
+    "episode_vectors",
+    metadata,
     Column("episode_id", UUID(as_uuid=True), primary_key=True),
     Column("n", SmallInteger, primary_key=True),
     Column("tenant_id", Text, nullable=False),
@@ -142,7 +150,8 @@ episode_vectors = Table(
 
 # An episode's term postings (keyword leg): written by the database's triggers on episodes, never by the code.
 episode_terms = Table(
-    "episode_terms", metadata,
+    "episode_terms",
+    metadata,
     Column("tenant_id", Text, primary_key=True),
     Column("lexeme", Text, primary_key=True),
     Column("episode_id", UUID(as_uuid=True), primary_key=True),
@@ -151,7 +160,8 @@ episode_terms = Table(
 )
 
 facts = Table(
-    "facts", metadata,
+    "facts",
+    metadata,
     Column("id", UUID(as_uuid=True), primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("subject", Text, nullable=False),
@@ -160,9 +170,13 @@ facts = Table(
     Column("content_tokens", Integer),  # see shared.context.content_tokens
     Column("embedding", Vector(EMBEDDING_DIM), nullable=False),
     Column("embedding_version_id", SmallInteger),
-    Column("search_vector", TSVECTOR, Computed(
-        "to_tsvector('english', subject || ' ' || replace(predicate, '_', ' ') || ' ' || content)",
-        persisted=True)),
+    Column(
+        "search_vector",
+        TSVECTOR,
+        Computed(
+            "to_tsvector('english', subject || ' ' || replace(predicate, '_', ' ') || ' ' || content)", persisted=True
+        ),
+    ),
     Column("importance", Float, nullable=False),
     Column("confidence", Float, nullable=False),
     Column("decay_rate", Float, nullable=False),
@@ -187,7 +201,8 @@ facts = Table(
 )
 
 rules = Table(
-    "rules", metadata,
+    "rules",
+    metadata,
     Column("id", UUID(as_uuid=True), primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("content", Text, nullable=False),
@@ -220,7 +235,8 @@ rules = Table(
 )
 
 memory_links = Table(
-    "memory_links", metadata,
+    "memory_links",
+    metadata,
     Column("tenant_id", Text, primary_key=True),
     Column("source_type", Text, primary_key=True),
     Column("source_id", UUID(as_uuid=True), primary_key=True),
@@ -231,7 +247,8 @@ memory_links = Table(
 )
 
 memory_events = Table(
-    "memory_events", metadata,
+    "memory_events",
+    metadata,
     Column("id", BigInteger, primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("event_type", Text, nullable=False),
@@ -244,7 +261,8 @@ memory_events = Table(
 )
 
 rule_applications = Table(
-    "rule_applications", metadata,
+    "rule_applications",
+    metadata,
     Column("id", BigInteger, primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("rule_id", UUID(as_uuid=True), nullable=False),
@@ -257,7 +275,8 @@ rule_applications = Table(
 
 # One row per idempotent feedback call (memory_confirm, memory_mark_*): a retry answers the stored result.
 feedback_receipts = Table(
-    "feedback_receipts", metadata,
+    "feedback_receipts",
+    metadata,
     Column("tenant_id", Text, primary_key=True),
     Column("butler", Text, primary_key=True),
     Column("idempotency_key", Text, primary_key=True),
@@ -269,7 +288,8 @@ feedback_receipts = Table(
 )
 
 consolidation_runs = Table(
-    "consolidation_runs", metadata,
+    "consolidation_runs",
+    metadata,
     Column("id", UUID(as_uuid=True), primary_key=True),
     Column("tenant_id", Text, nullable=False),
     Column("butler", Text, nullable=False),
@@ -286,7 +306,8 @@ consolidation_runs = Table(
 )
 
 maintenance_runs = Table(
-    "maintenance_runs", metadata,
+    "maintenance_runs",
+    metadata,
     Column("id", BigInteger, primary_key=True),
     Column("task", Text, nullable=False),
     Column("tick", Text, nullable=False),

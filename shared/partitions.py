@@ -71,27 +71,37 @@ def expired(names: list[str], *, now: datetime, retention_days: float) -> list[s
 
 def existing(conn: Connection) -> list[str]:
     """The names of memory_events' partitions."""
-    return list(conn.execute(text(
-        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-        "WHERE i.inhparent = CAST(:parent AS regclass) ORDER BY c.relname"), {"parent": PARENT}).scalars())
+    return list(
+        conn.execute(
+            text(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                "WHERE i.inhparent = CAST(:parent AS regclass) ORDER BY c.relname"
+            ),
+            {"parent": PARENT},
+        ).scalars()
+    )
 
 
 def create_month(conn: Connection, *, month: datetime) -> str:
     """Create and attach ``month``'s partition; "created", or "blocked" when the DEFAULT partition holds its rows."""
     lower, upper = month, add_months(month, 1)
     bounds = {"lo": lower, "hi": upper}
-    if conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {DEFAULT_PARTITION} "
-                         "WHERE occurred_at >= :lo AND occurred_at < :hi)"), bounds).scalar_one():
+    if conn.execute(
+        text(f"SELECT EXISTS (SELECT 1 FROM {DEFAULT_PARTITION} WHERE occurred_at >= :lo AND occurred_at < :hi)"),
+        bounds,
+    ).scalar_one():
         return "blocked"
     name = partition_name(month)
     conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
     # Created apart then attached: ATTACH takes SHARE UPDATE EXCLUSIVE on the parent (reads and inserts go on),
     # CREATE ... PARTITION OF would take ACCESS EXCLUSIVE. The partition gets the indexes, FK and trigger.
     conn.execute(text(f'CREATE TABLE "{name}" (LIKE {PARENT} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)'))
-    literal = conn.execute(text("SELECT quote_literal(CAST(:lo AS timestamptz)), "
-                                "quote_literal(CAST(:hi AS timestamptz))"), bounds).one()
-    conn.execute(text(f'ALTER TABLE {PARENT} ATTACH PARTITION "{name}" '
-                      f"FOR VALUES FROM ({literal[0]}) TO ({literal[1]})"))
+    literal = conn.execute(
+        text("SELECT quote_literal(CAST(:lo AS timestamptz)), quote_literal(CAST(:hi AS timestamptz))"), bounds
+    ).one()
+    conn.execute(
+        text(f'ALTER TABLE {PARENT} ATTACH PARTITION "{name}" FOR VALUES FROM ({literal[0]}) TO ({literal[1]})')
+    )
     return "created"
 
 
@@ -99,8 +109,9 @@ def drop_partition(conn: Connection, *, name: str) -> int:
     """Drop one partition whole (no row trigger fires); returns its estimated row count."""
     if partition_month(name) is None:
         raise ValueError(f"not a monthly memory_events partition: {name!r}")
-    rows = conn.execute(text("SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = CAST(:n AS regclass)"),
-                        {"n": name}).scalar_one()
+    rows = conn.execute(
+        text("SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = CAST(:n AS regclass)"), {"n": name}
+    ).scalar_one()
     conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
     conn.execute(text(f'DROP TABLE "{name}"'))
     return int(rows)
@@ -138,6 +149,8 @@ def maintain(engine: Engine, *, now: datetime, settings: Settings) -> dict[str, 
             outcome["dropped"].append(name)
             dropped_rows += rows
     if outcome["blocked"]:
-        log.error("the DEFAULT events partition holds rows of a month to create; see docs/partitions.md",
-                  extra={"months": outcome["blocked"]})
+        log.error(
+            "the DEFAULT events partition holds rows of a month to create; see docs/partitions.md",
+            extra={"months": outcome["blocked"]},
+        )
     return {**outcome, "dropped_rows_estimate": dropped_rows}

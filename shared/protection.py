@@ -56,8 +56,9 @@ def _policy(settings: RedactionSettings, tenant_id: str) -> RedactionPolicy:
     if not enabled:
         return OFF
     detectors = settings.detectors if override is None or override.detectors is None else override.detectors
-    patterns = (settings.custom_patterns if override is None or override.custom_patterns is None
-                else override.custom_patterns)
+    patterns = (
+        settings.custom_patterns if override is None or override.custom_patterns is None else override.custom_patterns
+    )
     return RedactionPolicy(enabled=True, detectors=frozenset(detectors), custom=compile_custom(patterns))
 
 
@@ -103,8 +104,10 @@ def protect(write: W, *, tenant_id: str, redaction: RedactionSettings, encryptio
         counts.append(subject.counts)
     total = merge_counts(counts)
     if total:
-        changes["metadata"] = {**write.metadata, "redactions": merge_counts([write.metadata.get("redactions", {}),
-                                                                             total])}
+        changes["metadata"] = {
+            **write.metadata,
+            "redactions": merge_counts([write.metadata.get("redactions", {}), total]),
+        }
     if isinstance(write, FactWrite) and write.sealed is None and is_sealed_predicate(encryption, write.predicate):
         ring = keyring(encryption)
         assert ring is not None, "settings validation requires the active key when predicates are listed"
@@ -113,7 +116,9 @@ def protect(write: W, *, tenant_id: str, redaction: RedactionSettings, encryptio
         changes["sealed"] = SealedContent(key_id=sealed.key_id, blob=base64.b64encode(sealed.blob).decode())
         changes["content"] = surrogate(base)
         if write.predicate != base:  # a set predicate carries its value's head (allergic_to_penicillin): blind it
-            changes["predicate"] = f"{base}_{ring.blind(write.predicate[len(base) + 1:], aad=context(tenant_id, base))}"
+            changes["predicate"] = (
+                f"{base}_{ring.blind(write.predicate[len(base) + 1 :], aad=context(tenant_id, base))}"
+            )
     # Validated again (placeholders can be longer than what they replace): the worker re-parses the payload, and a
     # write that would fail there is refused here, with the field named, before anything is written.
     return parse(type(write), {**write.model_dump(), **changes})
@@ -143,12 +148,14 @@ def open_hits(conn: Connection, *, tenant_id: str, hits: Sequence[Hit], settings
     if not ids:
         return list(hits)
     opened = open_facts(conn, tenant_id=tenant_id, ids=ids, settings=settings)
-    return [h.model_copy(update={"content": opened[h.id], "content_tokens": None}) if h.id in opened else h
-            for h in hits]
+    return [
+        h.model_copy(update={"content": opened[h.id], "content_tokens": None}) if h.id in opened else h for h in hits
+    ]
 
 
-def open_facts(conn: Connection, *, tenant_id: str, ids: Sequence[uuid.UUID],
-               settings: EncryptionSettings) -> dict[uuid.UUID, str]:
+def open_facts(
+    conn: Connection, *, tenant_id: str, ids: Sequence[uuid.UUID], settings: EncryptionSettings
+) -> dict[uuid.UUID, str]:
     """Plaintext of the sealed facts among ``ids`` (of this tenant only) that open with a configured key."""
     ring = keyring(settings)
     if ring is None:
@@ -156,8 +163,10 @@ def open_facts(conn: Connection, *, tenant_id: str, ids: Sequence[uuid.UUID],
     out = {}
     for row in repo.sealed_contents(conn, tenant_id=tenant_id, ids=ids):
         try:
-            out[row["id"]] = ring.open(Sealed(row["content_key_id"], bytes(row["content_sealed"])),
-                                       aad=context(tenant_id, base_predicate(row["predicate"])))
+            out[row["id"]] = ring.open(
+                Sealed(row["content_key_id"], bytes(row["content_sealed"])),
+                aad=context(tenant_id, base_predicate(row["predicate"])),
+            )
         except SealError:
             continue  # a retired key or a tampered value: the caller keeps the surrogate
     return out
@@ -170,9 +179,9 @@ def sealed_columns(write: FactWrite) -> dict[str, Any]:
     return {"content_sealed": base64.b64decode(write.sealed.blob), "content_key_id": write.sealed.key_id}
 
 
-
 def protect_plan(plan: Plan, *, tenant_id: str, redaction: RedactionSettings, encryption: EncryptionSettings) -> Plan:
     """A consolidation plan whose facts, rules and contradiction notes are protected like the front's writes."""
+
     def guard(write: W) -> W:
         return protect(write, tenant_id=tenant_id, redaction=redaction, encryption=encryption)
 
@@ -181,6 +190,7 @@ def protect_plan(plan: Plan, *, tenant_id: str, redaction: RedactionSettings, en
         plan,
         facts=tuple(replace(f, write=guard(f.write)) for f in plan.facts),
         rules=tuple(replace(r, write=guard(r.write)) for r in plan.rules),
-        contradictions=tuple((fact_id, sources, redact(note, policy).text)
-                             for fact_id, sources, note in plan.contradictions),
+        contradictions=tuple(
+            (fact_id, sources, redact(note, policy).text) for fact_id, sources, note in plan.contradictions
+        ),
     )

@@ -28,8 +28,16 @@ _STOP = object()
 class QueryBatcher:
     """One embedding thread for a process's query texts; ``submit`` returns a Future of the L2-normalised row."""
 
-    def __init__(self, embed_many: EmbedMany, *, version: str, max_wait_s: float = 0.001, max_batch: int = 32,
-                 cache_size: int = 1024, cache_ttl_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        embed_many: EmbedMany,
+        *,
+        version: str,
+        max_wait_s: float = 0.001,
+        max_batch: int = 32,
+        cache_size: int = 1024,
+        cache_ttl_s: float = 60.0,
+    ) -> None:
         self._embed = embed_many
         self._version = version
         self.max_wait_s, self.max_batch = max_wait_s, max_batch
@@ -38,7 +46,7 @@ class QueryBatcher:
         self._lock = threading.Lock()  # guards the cache and the pending texts
         self._pending: dict[str, Future[np.ndarray]] = {}  # texts queued or being embedded → their shared future
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self.batches = 0   # model calls made (for tests and the benchmark)
+        self.batches = 0  # model calls made (for tests and the benchmark)
         self.embedded = 0  # texts embedded by them
         self._thread = threading.Thread(target=self._loop, name="query-embedding", daemon=True)
         self._thread.start()

@@ -53,9 +53,17 @@ class Reader:
     Reads go through ``plane`` (:mod:`shared.replicas`): a replica when one is configured and fresh enough, else
     ``engine`` (the primary). :meth:`after` gives a Reader whose reads must see a given WAL position."""
 
-    def __init__(self, *, engine: Engine, settings: Settings, embed: EmbedQuery, count_tokens: CountTokens,
-                 bumper: ReferenceBumper | None = None, plane: ReadPlane | None = None,
-                 embed_later: EmbedLater | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        settings: Settings,
+        embed: EmbedQuery,
+        count_tokens: CountTokens,
+        bumper: ReferenceBumper | None = None,
+        plane: ReadPlane | None = None,
+        embed_later: EmbedLater | None = None,
+    ) -> None:
         self.engine = engine
         self.plane = plane or ReadPlane(primary=engine)
         self._floor: int | None = None
@@ -67,8 +75,9 @@ class Reader:
         # The query is embedded on another thread while the read's own thread opens its transaction (and, for
         # memory_context, fetches the recent episodes): ``embed_later``'s (the front's micro-batcher), else this.
         self._embed_later = embed_later
-        self._embedding = (None if embed_later
-                           else ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding"))
+        self._embedding = (
+            None if embed_later else ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding")
+        )
 
     def after(self, floor: int | None) -> Reader:
         """This Reader, reading only where WAL position ``floor`` is replayed (None: this Reader itself)."""
@@ -81,8 +90,9 @@ class Reader:
     @contextmanager
     def _read(self, *, generic_plans: bool = False) -> Iterator[Connection]:
         """A read-only transaction with a statement timeout; DB trouble becomes Unavailable."""
-        settings = candidates.read_settings(pool=self.retrieval.candidate_pool,
-                                            timeout_ms=self.retrieval.read_timeout_ms, generic_plans=generic_plans)
+        settings = candidates.read_settings(
+            pool=self.retrieval.candidate_pool, timeout_ms=self.retrieval.read_timeout_ms, generic_plans=generic_plans
+        )
         try:
             # One snapshot for the whole read: a row and the intent that precedes it are seen consistently. The
             # transaction is opened by hand so BEGIN and the read's settings travel in one round trip (the driver
@@ -103,10 +113,24 @@ class Reader:
                 raise Unavailable(f"database unavailable: {type(exc).__name__}") from exc
             raise
 
-    def _filter(self, tenant_id: str, visibility: Visibility, min_confidence: float | None, now: datetime,
-                since: datetime | None = None, until: datetime | None = None) -> Filter:
-        return Filter(tenant_id=tenant_id, scopes=visibility.scopes, butlers=visibility.butlers,
-                      min_confidence=min_confidence, now=now, since=since, until=until)
+    def _filter(
+        self,
+        tenant_id: str,
+        visibility: Visibility,
+        min_confidence: float | None,
+        now: datetime,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> Filter:
+        return Filter(
+            tenant_id=tenant_id,
+            scopes=visibility.scopes,
+            butlers=visibility.butlers,
+            min_confidence=min_confidence,
+            now=now,
+            since=since,
+            until=until,
+        )
 
     def _bump(self, hits: Sequence[Hit], *, recent: bool = True) -> None:
         if self._bumper is not None:
@@ -117,9 +141,21 @@ class Reader:
             return _PendingVector(self._embed_later(query))
         return self._embedding.submit(lambda: to_pgvector(self._embed(query)))
 
-    def search(self, *, tenant_id: str, visibility: Visibility, query: str, types: Sequence[str], mode: str,
-               limit: int, min_confidence: float | None, now: datetime | None = None,
-               since: datetime | None = None, until: datetime | None = None, open_sealed: bool = False) -> list[Hit]:
+    def search(
+        self,
+        *,
+        tenant_id: str,
+        visibility: Visibility,
+        query: str,
+        types: Sequence[str],
+        mode: str,
+        limit: int,
+        min_confidence: float | None,
+        now: datetime | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        open_sealed: bool = False,
+    ) -> list[Hit]:
         """memory_search; ``since``/``until`` bound the episodes by when they happened (facts and rules unbounded).
 
         ``open_sealed``: the caller may read sealed facts' plaintext (shared.protection.may_open); else surrogates."""
@@ -129,9 +165,16 @@ class Reader:
         floor = self.settings.memory.facts.retrieval_confidence_threshold if min_confidence is None else min_confidence
         vec = self._vector(query) if mode != "keyword" else None
         with self._read(generic_plans=True) as conn:
-            hits = retrieval.search(conn, f=self._filter(tenant_id, visibility, floor, now, since, until), query=query,
-                                    vector=None if vec is None else vec.result, types=types, mode=mode, limit=limit,
-                                    settings=self.retrieval)
+            hits = retrieval.search(
+                conn,
+                f=self._filter(tenant_id, visibility, floor, now, since, until),
+                query=query,
+                vector=None if vec is None else vec.result,
+                types=types,
+                mode=mode,
+                limit=limit,
+                settings=self.retrieval,
+            )
             hits = self._open(conn, tenant_id, hits, open_sealed)
         reranker = get_reranker(self.retrieval.reranker, self.retrieval.reranker_path)
         if reranker is not None:  # outside the read transaction: the model's time holds no connection
@@ -140,43 +183,77 @@ class Reader:
         self._bump(hits)
         return hits
 
-    def recall(self, *, tenant_id: str, visibility: Visibility, topic: str, limit: int,
-               min_confidence: float | None = None, now: datetime | None = None,
-               open_sealed: bool = False) -> list[Hit]:
+    def recall(
+        self,
+        *,
+        tenant_id: str,
+        visibility: Visibility,
+        topic: str,
+        limit: int,
+        min_confidence: float | None = None,
+        now: datetime | None = None,
+        open_sealed: bool = False,
+    ) -> list[Hit]:
         now = now or utcnow()
         floor = self.settings.memory.facts.retrieval_confidence_threshold if min_confidence is None else min_confidence
         vec = self._vector(topic)
         with self._read(generic_plans=True) as conn:
-            hits = retrieval.recall(conn, f=self._filter(tenant_id, visibility, floor, now), topic=topic,
-                                    vector=vec.result, limit=limit, settings=self.retrieval)
+            hits = retrieval.recall(
+                conn,
+                f=self._filter(tenant_id, visibility, floor, now),
+                topic=topic,
+                vector=vec.result,
+                limit=limit,
+                settings=self.retrieval,
+            )
             hits = self._open(conn, tenant_id, hits, open_sealed)
         telemetry.observe_read("memory_recall", hits)
         self._bump(hits)
         return hits
 
-    def context(self, *, tenant_id: str, visibility: Visibility, trigger_prompt: str, token_budget: int | None,
-                now: datetime | None = None, open_sealed: bool = False) -> context_builder.ContextBlock:
+    def context(
+        self,
+        *,
+        tenant_id: str,
+        visibility: Visibility,
+        trigger_prompt: str,
+        token_budget: int | None,
+        now: datetime | None = None,
+        open_sealed: bool = False,
+    ) -> context_builder.ContextBlock:
         """The token-budgeted memory block for a butler's prompt (byte-identical for the same data and ``now``)."""
         now = now or utcnow()
         budget = token_budget or self.retrieval.context_token_budget
         f = self._filter(tenant_id, visibility, self.settings.memory.facts.retrieval_confidence_threshold, now)
         vec = self._vector(trigger_prompt)
         with self._read(generic_plans=True) as conn:
-            found = retrieval.context_sections(conn, f=f, topic=trigger_prompt, vector=vec.result,
-                                               recent=self.retrieval.context_recent_episodes, settings=self.retrieval)
+            found = retrieval.context_sections(
+                conn,
+                f=f,
+                topic=trigger_prompt,
+                vector=vec.result,
+                recent=self.retrieval.context_recent_episodes,
+                settings=self.retrieval,
+            )
             found["fact"] = self._open(conn, tenant_id, found["fact"], open_sealed)
         telemetry.observe_read("memory_context", [h for kind in ("fact", "rule", "episode") for h in found[kind]])
         block = context_builder.build(
-            facts=found["fact"], rules=found["rule"], episodes=found["episode"], budget=budget,
-            quotas=self.retrieval.section_quotas, count=self._count, now=now,
+            facts=found["fact"],
+            rules=found["rule"],
+            episodes=found["episode"],
+            budget=budget,
+            quotas=self.retrieval.section_quotas,
+            count=self._count,
+            now=now,
         )
         included = {i for ids in block.included.values() for i in ids}
         # Shown, not used: counted, but recency is left alone (see shared.references.flush_bumps).
         self._bump([h for hits in found.values() for h in hits if str(h.id) in included], recent=False)
         return block
 
-    def get(self, *, tenant_id: str, visibility: Visibility, kind: str, entity_id: uuid.UUID,
-            open_sealed: bool = False) -> dict[str, Any]:
+    def get(
+        self, *, tenant_id: str, visibility: Visibility, kind: str, entity_id: uuid.UUID, open_sealed: bool = False
+    ) -> dict[str, Any]:
         """One memory with its links; Pending if accepted but not applied, NotFound if unknown."""
         with self._read() as conn:
             row = dict(load_visible(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, visibility=visibility))
@@ -187,8 +264,19 @@ class Reader:
             applications = repo.rule_applications_of(conn, rule_id=entity_id) if kind == "rule" else []
         if kind == "rule":
             row["evidence"] = _evidence(applications, self.settings.memory.rules.evidence_half_life_days)
-        self._bump([Hit(type=kind, id=entity_id, content="", score=0, relevance=0,
-                        created_at=row["created_at"], importance=row["importance"])])
+        self._bump(
+            [
+                Hit(
+                    type=kind,
+                    id=entity_id,
+                    content="",
+                    score=0,
+                    relevance=0,
+                    created_at=row["created_at"],
+                    importance=row["importance"],
+                )
+            ]
+        )
         row.pop("tenant_id", None)
         return {"type": kind, **row, "links": links}
 
@@ -205,8 +293,15 @@ class Reader:
         with self._read() as conn:
             return stats(conn, tenant_id=tenant_id, scope=scope, now=now or utcnow(), settings=self.settings)
 
-    def activity(self, *, tenant_id: str, since: datetime | int, limit: int,
-                 entity_types: Sequence[str] | None = None, scope: str | None = None) -> list[dict[str, Any]]:
+    def activity(
+        self,
+        *,
+        tenant_id: str,
+        since: datetime | int,
+        limit: int,
+        entity_types: Sequence[str] | None = None,
+        scope: str | None = None,
+    ) -> list[dict[str, Any]]:
         """memory_events after ``since`` (a time, or an event id cursor), oldest first; ``scope`` keeps the events
         about facts and rules in global + scope and about that butler's episodes (what memory_stats counts)."""
         if limit < 1 or limit > 1000:
@@ -244,18 +339,31 @@ def _about_scope(scope: str) -> ColumnElement[bool]:
     """An event is about ``scope`` if its entity is a fact or rule in global + scope, or an episode of that butler.
     Events about other entities, or about rows since deleted, are not."""
     event = memory_events.c
-    in_scope = (("fact", facts, facts.c.scope.in_(("global", scope))),
-                ("rule", rules, rules.c.scope.in_(("global", scope))),
-                ("episode", episodes, episodes.c.butler == scope))
-    return or_(*(and_(event.entity_type == kind,
-                      exists().where(table.c.id == event.entity_id, table.c.tenant_id == event.tenant_id, where))
-                 for kind, table, where in in_scope))
+    in_scope = (
+        ("fact", facts, facts.c.scope.in_(("global", scope))),
+        ("rule", rules, rules.c.scope.in_(("global", scope))),
+        ("episode", episodes, episodes.c.butler == scope),
+    )
+    return or_(
+        *(
+            and_(
+                event.entity_type == kind,
+                exists().where(table.c.id == event.entity_id, table.c.tenant_id == event.tenant_id, where),
+            )
+            for kind, table, where in in_scope
+        )
+    )
 
 
 def _evidence(applications: Sequence[Any], half_life_days: float) -> dict[str, Any]:
     """A rule's feedback as memory_get shows it: counts, recency-weighted effectiveness, the latest applications."""
-    evidence = rule_evidence([(a["outcome"], a["occurred_at"]) for a in applications], now=utcnow(),
-                             half_life_days=half_life_days)
-    return {"helpful": evidence.helpful, "harmful": evidence.harmful,
-            "recent_effectiveness": round(evidence.effectiveness, 4), "half_life_days": half_life_days,
-            "latest": [dict(a) for a in applications[:5]]}
+    evidence = rule_evidence(
+        [(a["outcome"], a["occurred_at"]) for a in applications], now=utcnow(), half_life_days=half_life_days
+    )
+    return {
+        "helpful": evidence.helpful,
+        "harmful": evidence.harmful,
+        "recent_effectiveness": round(evidence.effectiveness, 4),
+        "half_life_days": half_life_days,
+        "latest": [dict(a) for a in applications[:5]],
+    }

@@ -33,8 +33,13 @@ class Receipt:
 
     @property
     def payload_hash(self) -> str:
-        canonical = json.dumps({"tool": self.tool, "id": str(self.entity_id), "arguments": self.arguments},
-                               sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        canonical = json.dumps(
+            {"tool": self.tool, "id": str(self.entity_id), "arguments": self.arguments},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            default=str,
+        )
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -45,37 +50,58 @@ def claim(conn: Connection, *, receipt: Receipt) -> dict[str, Any] | None:
     """
     digest = receipt.payload_hash
     inserted = conn.execute(
-        pg_insert(feedback_receipts).values(
-            tenant_id=receipt.tenant_id, butler=receipt.butler, idempotency_key=receipt.key, tool=receipt.tool,
-            entity_id=receipt.entity_id, payload_hash=digest, result={}, created_at=func.now())
-        .on_conflict_do_nothing().returning(feedback_receipts.c.idempotency_key)
+        pg_insert(feedback_receipts)
+        .values(
+            tenant_id=receipt.tenant_id,
+            butler=receipt.butler,
+            idempotency_key=receipt.key,
+            tool=receipt.tool,
+            entity_id=receipt.entity_id,
+            payload_hash=digest,
+            result={},
+            created_at=func.now(),
+        )
+        .on_conflict_do_nothing()
+        .returning(feedback_receipts.c.idempotency_key)
     ).first()
     if inserted is not None:
         return None
     prior = conn.execute(
-        select(feedback_receipts.c.tool, feedback_receipts.c.entity_id, feedback_receipts.c.payload_hash,
-               feedback_receipts.c.result).where(
-            feedback_receipts.c.tenant_id == receipt.tenant_id, feedback_receipts.c.butler == receipt.butler,
-            feedback_receipts.c.idempotency_key == receipt.key)
+        select(
+            feedback_receipts.c.tool,
+            feedback_receipts.c.entity_id,
+            feedback_receipts.c.payload_hash,
+            feedback_receipts.c.result,
+        ).where(
+            feedback_receipts.c.tenant_id == receipt.tenant_id,
+            feedback_receipts.c.butler == receipt.butler,
+            feedback_receipts.c.idempotency_key == receipt.key,
+        )
     ).one()
     if prior.payload_hash != digest:
         raise IdempotencyConflict(
             f"idempotency_key: {receipt.key!r} was already used for another call ({prior.tool} on {prior.entity_id}); "
-            "a retry must send the same arguments, a new call needs a new key", field="idempotency_key")
+            "a retry must send the same arguments, a new call needs a new key",
+            field="idempotency_key",
+        )
     return dict(prior.result)
 
 
 def record(conn: Connection, *, receipt: Receipt, result: dict[str, Any]) -> None:
     """Keep the first call's result (JSON) on its receipt, in the call's transaction."""
-    conn.execute(update(feedback_receipts).where(
-        feedback_receipts.c.tenant_id == receipt.tenant_id, feedback_receipts.c.butler == receipt.butler,
-        feedback_receipts.c.idempotency_key == receipt.key,
-    ).values(result=json.loads(json.dumps(result, default=_jsonable))))
+    conn.execute(
+        update(feedback_receipts)
+        .where(
+            feedback_receipts.c.tenant_id == receipt.tenant_id,
+            feedback_receipts.c.butler == receipt.butler,
+            feedback_receipts.c.idempotency_key == receipt.key,
+        )
+        .values(result=json.loads(json.dumps(result, default=_jsonable)))
+    )
 
 
 def _jsonable(value: Any) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
-
 
 
 def prune(conn: Connection, *, before: datetime) -> int:

@@ -29,8 +29,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 DETECTORS = ("secret", "email", "iban", "card", "national_id", "phone")
-PLACEHOLDERS = {"secret": "[SECRET]", "email": "[EMAIL]", "iban": "[IBAN]", "card": "[CARD]",
-                "national_id": "[NATIONAL_ID]", "phone": "[PHONE]", "custom": "[CUSTOM]"}
+PLACEHOLDERS = {
+    "secret": "[SECRET]",
+    "email": "[EMAIL]",
+    "iban": "[IBAN]",
+    "card": "[CARD]",
+    "national_id": "[NATIONAL_ID]",
+    "phone": "[PHONE]",
+    "custom": "[CUSTOM]",
+}
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,7 @@ Detector = Callable[[str], tuple[str, int]]
 
 def _sub(pattern: re.Pattern[str], placeholder: str, keep: Callable[[re.Match[str]], bool] | None = None) -> Detector:
     """A detector replacing the matches of ``pattern`` (its ``v`` group if it has one) that ``keep`` accepts."""
+
     def detect(text: str) -> tuple[str, int]:
         n = 0
 
@@ -130,29 +138,35 @@ def _sub(pattern: re.Pattern[str], placeholder: str, keep: Callable[[re.Match[st
             if "v" in pattern.groupindex:
                 start, end = m.span("v")
                 whole = m.group(0)
-                return whole[:start - m.start()] + placeholder + whole[end - m.start():]
+                return whole[: start - m.start()] + placeholder + whole[end - m.start() :]
             return placeholder
+
         return pattern.sub(repl, text), n
+
     return detect
 
 
-_SECRET = re.compile("|".join((
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
-    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",        # JWT (header.payload.signature)
-    r"\bsk-(?:proj-|ant-|live-)?[A-Za-z0-9_-]{20,}",                          # OpenAI / Anthropic style
-    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",                                        # AWS access key id
-    r"\bgh[pousr]_[A-Za-z0-9]{36,}\b|\bgithub_pat_[A-Za-z0-9_]{22,}",        # GitHub
-    r"\bxox[abposr]-[A-Za-z0-9-]{10,}",                                      # Slack
-    r"\bAIza[0-9A-Za-z_-]{35}",                                              # Google API key
-    r"\bglpat-[A-Za-z0-9_-]{20,}",                                           # GitLab
-    r"\b[sr]k_(?:live|test)_[0-9A-Za-z]{16,}",                               # Stripe
-    r"\bmb_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])",                              # this service's bearer tokens
-    r"(?i:\bbearer\s+)(?P<v>[A-Za-z0-9._~+/-]{16,}=*)",                      # an Authorization header's value
-    # key = value / key: value for names that only ever hold secrets; the name stays, the value goes.
-    r"(?i:\b(?:api[_-]?key|secret[_-]?key|client[_-]?secret|access[_-]?token|auth[_-]?token|password|passwd|pwd)"
-    # The value must mix letters and digits: `api_key = api_key` (code) or `password: YOUR_PASSWORD` is no secret.
-    r"\s*[:=]\s*)(?P<v2>[\"']?(?=[^\s\"',;]*\d)(?=[^\s\"',;]*[A-Za-z])[^\s\"',;]{6,}[\"']?)",
-)))
+_SECRET = re.compile(
+    "|".join(
+        (
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+            r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT (header.payload.signature)
+            r"\bsk-(?:proj-|ant-|live-)?[A-Za-z0-9_-]{20,}",  # OpenAI / Anthropic style
+            r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",  # AWS access key id
+            r"\bgh[pousr]_[A-Za-z0-9]{36,}\b|\bgithub_pat_[A-Za-z0-9_]{22,}",  # GitHub
+            r"\bxox[abposr]-[A-Za-z0-9-]{10,}",  # Slack
+            r"\bAIza[0-9A-Za-z_-]{35}",  # Google API key
+            r"\bglpat-[A-Za-z0-9_-]{20,}",  # GitLab
+            r"\b[sr]k_(?:live|test)_[0-9A-Za-z]{16,}",  # Stripe
+            r"\bmb_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])",  # this service's bearer tokens
+            r"(?i:\bbearer\s+)(?P<v>[A-Za-z0-9._~+/-]{16,}=*)",  # an Authorization header's value
+            # key = value / key: value for names that only ever hold secrets; the name stays, the value goes.
+            r"(?i:\b(?:api[_-]?key|secret[_-]?key|client[_-]?secret|access[_-]?token|auth[_-]?token|password|passwd|pwd)"
+            # The value must mix letters and digits: `api_key = api_key` (code) or `password: YOUR_PASSWORD` is no secret.
+            r"\s*[:=]\s*)(?P<v2>[\"']?(?=[^\s\"',;]*\d)(?=[^\s\"',;]*[A-Za-z])[^\s\"',;]{6,}[\"']?)",
+        )
+    )
+)
 
 
 def _secret(text: str) -> tuple[str, int]:
@@ -164,25 +178,34 @@ def _secret(text: str) -> tuple[str, int]:
         for group in ("v", "v2"):
             if m.group(group) is not None:
                 start, end = m.span(group)
-                return text[m.start():start] + PLACEHOLDERS["secret"] + text[end:m.end()]
+                return text[m.start() : start] + PLACEHOLDERS["secret"] + text[end : m.end()]
         return PLACEHOLDERS["secret"]
+
     return _SECRET.sub(repl, text), n
 
 
-_EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?"
-                    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*\.[A-Za-z]{2,24}\b")
+_EMAIL = re.compile(
+    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*\.[A-Za-z]{2,24}\b"
+)
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 _CARD = re.compile(r"(?<![\d.,-])\d(?:[ -]?\d){12,18}(?![\d.,]\d|-\d)")
 _SSN = re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])")
 _NINO = re.compile(r"\b(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b")
 # Never a piece of a longer run of digit groups (a tracking code, a card that failed its check): no digit group
 # just before or after the match.
-_PHONE = re.compile(r"(?<!\d[ ./-])(?:" + "|".join((
-    r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w-])",             # +49 30 1234567, +1 (555) 123-4567
-    r"(?<![\w(-])\(\d{3}\) ?\d{3}[ .-]\d{4}(?![\w-])",                       # (555) 123-4567
-    r"(?<![\w.-])\d{3}[.-]\d{3}[.-]\d{4}(?![\w.-])",                         # 555-123-4567, 555.123.4567
-    r"(?<![\w.-])0\d{1,4}[ /-]\d{3,4}[ -]?\d{2,5}(?![\w.:/-])",              # 030 1234567, 06-12345678
-)) + r")(?![ ./-]\d)")
+_PHONE = re.compile(
+    r"(?<!\d[ ./-])(?:"
+    + "|".join(
+        (
+            r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}(?![\w-])",  # +49 30 1234567, +1 (555) 123-4567
+            r"(?<![\w(-])\(\d{3}\) ?\d{3}[ .-]\d{4}(?![\w-])",  # (555) 123-4567
+            r"(?<![\w.-])\d{3}[.-]\d{3}[.-]\d{4}(?![\w.-])",  # 555-123-4567, 555.123.4567
+            r"(?<![\w.-])0\d{1,4}[ /-]\d{3,4}[ -]?\d{2,5}(?![\w.:/-])",  # 030 1234567, 06-12345678
+        )
+    )
+    + r")(?![ ./-]\d)"
+)
 
 
 _DIGIT = re.compile(r"\d")
@@ -208,8 +231,9 @@ _DETECT: dict[str, Detector] = {
     "email": _sub(_EMAIL, PLACEHOLDERS["email"]),
     "iban": _sub(_IBAN, PLACEHOLDERS["iban"], lambda m: iban_valid(m.group(0))),
     "card": _sub(_CARD, PLACEHOLDERS["card"], _card_keep),
-    "national_id": lambda text: _chain(text, _sub(_SSN, PLACEHOLDERS["national_id"]),
-                                       _sub(_NINO, PLACEHOLDERS["national_id"])),
+    "national_id": lambda text: _chain(
+        text, _sub(_SSN, PLACEHOLDERS["national_id"]), _sub(_NINO, PLACEHOLDERS["national_id"])
+    ),
     "phone": _sub(_PHONE, PLACEHOLDERS["phone"], _phone_keep),
 }
 

@@ -23,8 +23,10 @@ TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
 # An anti-pattern warning that is still being matched (found by a search or recall, or shown in a context block)
 # is still doing its job: the match confirms it, so it does not decay away while the mistake it warns about keeps
 # coming up. One unmatched for its decay period fades as any rule does (issue 16, item 14).
-ANTI_PATTERN_KEEP = (", last_confirmed_at = CASE WHEN t.maturity = 'anti_pattern' AND t.validity = 'active' "
-                     "THEN greatest(t.last_confirmed_at, :now) ELSE t.last_confirmed_at END")
+ANTI_PATTERN_KEEP = (
+    ", last_confirmed_at = CASE WHEN t.maturity = 'anti_pattern' AND t.validity = 'active' "
+    "THEN greatest(t.last_confirmed_at, :now) ELSE t.last_confirmed_at END"
+)
 
 Bump = tuple[str, uuid.UUID, bool]  # (type, id, recent): ``recent`` also makes the memory count as just used
 
@@ -40,14 +42,21 @@ def flush_bumps(conn, counts: Counter[Bump], now: datetime) -> int:  # noqa: ANN
         mine = [(i, recent, n) for (k, i, recent), n in counts.items() if k == kind]
         if not mine:
             continue
-        touched += conn.execute(text(
-            f"UPDATE {table} t SET reference_count = t.reference_count + b.n, "
-            "last_referenced_at = CASE WHEN b.recent THEN greatest(t.last_referenced_at, :now) "
-            f"ELSE t.last_referenced_at END{ANTI_PATTERN_KEEP if kind == 'rule' else ''} "
-            "FROM (SELECT id, sum(n)::int AS n, bool_or(recent) AS recent FROM unnest(CAST(:ids AS uuid[]), "
-            "CAST(:recent AS boolean[]), CAST(:incs AS int[])) AS u(id, recent, n) GROUP BY id) b WHERE t.id = b.id"
-        ), {"ids": [str(i) for i, _, _ in mine], "recent": [r for _, r, _ in mine],
-            "incs": [n for _, _, n in mine], "now": now}).rowcount
+        touched += conn.execute(
+            text(
+                f"UPDATE {table} t SET reference_count = t.reference_count + b.n, "
+                "last_referenced_at = CASE WHEN b.recent THEN greatest(t.last_referenced_at, :now) "
+                f"ELSE t.last_referenced_at END{ANTI_PATTERN_KEEP if kind == 'rule' else ''} "
+                "FROM (SELECT id, sum(n)::int AS n, bool_or(recent) AS recent FROM unnest(CAST(:ids AS uuid[]), "
+                "CAST(:recent AS boolean[]), CAST(:incs AS int[])) AS u(id, recent, n) GROUP BY id) b WHERE t.id = b.id"
+            ),
+            {
+                "ids": [str(i) for i, _, _ in mine],
+                "recent": [r for _, r, _ in mine],
+                "incs": [n for _, _, n in mine],
+                "now": now,
+            },
+        ).rowcount
     return touched
 
 

@@ -33,8 +33,9 @@ class Progress:
 
 def stale_count(engine: Engine, *, active: str) -> int:
     with engine.connect() as conn:
-        return conn.execute(text("SELECT count(*) FROM facts WHERE content_key_id IS NOT NULL "
-                                 "AND content_key_id <> :k"), {"k": active}).scalar_one()
+        return conn.execute(
+            text("SELECT count(*) FROM facts WHERE content_key_id IS NOT NULL AND content_key_id <> :k"), {"k": active}
+        ).scalar_one()
 
 
 def rotate(engine: Engine, *, settings: EncryptionSettings, batch: int = 500) -> Iterator[Progress]:
@@ -45,10 +46,13 @@ def rotate(engine: Engine, *, settings: EncryptionSettings, batch: int = 500) ->
     after = uuid.UUID(int=0)
     while True:
         with engine.begin() as conn:
-            rows = conn.execute(text(
-                "SELECT id, tenant_id, predicate, content_sealed, content_key_id FROM facts WHERE id > :after "
-                "AND content_key_id IS NOT NULL AND content_key_id <> :k ORDER BY id LIMIT :n FOR UPDATE"
-            ), {"after": after, "k": ring.active, "n": batch}).all()
+            rows = conn.execute(
+                text(
+                    "SELECT id, tenant_id, predicate, content_sealed, content_key_id FROM facts WHERE id > :after "
+                    "AND content_key_id IS NOT NULL AND content_key_id <> :k ORDER BY id LIMIT :n FOR UPDATE"
+                ),
+                {"after": after, "k": ring.active, "n": batch},
+            ).all()
             if not rows:
                 return
             progress, ids, blobs = Progress(), [], []
@@ -62,10 +66,13 @@ def rotate(engine: Engine, *, settings: EncryptionSettings, batch: int = 500) ->
                 ids.append(str(r.id))
                 blobs.append(ring.seal(plaintext, aad=aad).blob)
             if ids:
-                conn.execute(text(
-                    "UPDATE facts f SET content_sealed = b.blob, content_key_id = :k "
-                    "FROM unnest(CAST(:ids AS uuid[]), CAST(:blobs AS bytea[])) AS b(id, blob) WHERE f.id = b.id"
-                ), {"k": ring.active, "ids": ids, "blobs": blobs})
+                conn.execute(
+                    text(
+                        "UPDATE facts f SET content_sealed = b.blob, content_key_id = :k "
+                        "FROM unnest(CAST(:ids AS uuid[]), CAST(:blobs AS bytea[])) AS b(id, blob) WHERE f.id = b.id"
+                    ),
+                    {"k": ring.active, "ids": ids, "blobs": blobs},
+                )
             progress.rotated = len(ids)
             after = rows[-1].id
         yield progress

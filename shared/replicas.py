@@ -78,15 +78,19 @@ class Replica:
             log.debug("read plane: primary WAL position unavailable", extra={"error": type(exc).__name__})
         try:
             with self.engine.connect() as conn:
-                in_recovery, replay = conn.execute(text(
-                    "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text")).one()
+                in_recovery, replay = conn.execute(
+                    text("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text")
+                ).one()
         except Exception as exc:  # noqa: BLE001 - any failure means: read elsewhere
             return self.mark_down(f"unreachable: {type(exc).__name__}")
         if not in_recovery or replay is None:
             return self.mark_down("not in recovery: a primary, not a replica (reads there could go backwards)")
         lsn, now = parse_lsn(replay), time.monotonic()
-        return self._set(ReplicaStatus(label=self.label, up=True, replay_lsn=lsn, lag_s=self._lag(lsn, now),
-                                       checked_at=now, reason=None))
+        return self._set(
+            ReplicaStatus(
+                label=self.label, up=True, replay_lsn=lsn, lag_s=self._lag(lsn, now), checked_at=now, reason=None
+            )
+        )
 
     def mark_down(self, reason: str) -> ReplicaStatus:
         old = self.status
@@ -116,14 +120,24 @@ class Replica:
 class ReadPlane:
     """Where a read goes: a usable replica in turn, or the primary. Made once per front process."""
 
-    def __init__(self, *, primary: Engine, replica_urls: Sequence[str] = (), max_lag_s: float = 10.0,
-                 check_interval_s: float = 1.0, pool_size: int = 5, connect_timeout_s: int = 3) -> None:
+    def __init__(
+        self,
+        *,
+        primary: Engine,
+        replica_urls: Sequence[str] = (),
+        max_lag_s: float = 10.0,
+        check_interval_s: float = 1.0,
+        pool_size: int = 5,
+        connect_timeout_s: int = 3,
+    ) -> None:
         self.primary = primary
         self.max_lag_s, self.check_interval_s, self.connect_timeout_s = max_lag_s, check_interval_s, connect_timeout_s
         # A status older than this vouches for nothing (the watch is stuck on a replica that stopped answering).
         self.stale_after_s = max(3 * check_interval_s, 3.0)
-        self.replicas = [Replica(url, primary=primary, pool_size=pool_size, connect_timeout_s=connect_timeout_s)
-                         for url in replica_urls]
+        self.replicas = [
+            Replica(url, primary=primary, pool_size=pool_size, connect_timeout_s=connect_timeout_s)
+            for url in replica_urls
+        ]
         # Once a write's entry expires, any replica inside the bound has replayed it.
         self.ledger = WriteLedger(ttl_s=max_lag_s + self.stale_after_s + check_interval_s)
         self._ledger_lock = threading.Lock()
@@ -138,8 +152,9 @@ class ReadPlane:
         first = []
         for replica in self.replicas:
             checked = threading.Event()
-            thread = threading.Thread(target=self._watch, args=(replica, checked), daemon=True,
-                                      name=f"replica-watch-{replica.label}")
+            thread = threading.Thread(
+                target=self._watch, args=(replica, checked), daemon=True, name=f"replica-watch-{replica.label}"
+            )
             thread.start()
             self._threads.append(thread)
             first.append(checked)
@@ -162,8 +177,12 @@ class ReadPlane:
             replica.check()
 
     def usable(self, status: ReplicaStatus, now: float) -> bool:
-        return (status.up and now - status.checked_at <= self.stale_after_s and status.lag_s is not None
-                and status.lag_s <= self.max_lag_s)
+        return (
+            status.up
+            and now - status.checked_at <= self.stale_after_s
+            and status.lag_s is not None
+            and status.lag_s <= self.max_lag_s
+        )
 
     # -- read-your-writes -------------------------------------------------------------------------------------
     def note_write(self, keys: Iterable[str | None]) -> None:

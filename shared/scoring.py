@@ -43,8 +43,7 @@ def decay_rate_for(permanence: str) -> float:
         return PERMANENCE_DECAY[permanence]
     except KeyError:
         raise InvalidInput(
-            f"unknown permanence {permanence!r}; expected one of {', '.join(PERMANENCE_LEVELS)}",
-            field="permanence",
+            f"unknown permanence {permanence!r}; expected one of {', '.join(PERMANENCE_LEVELS)}", field="permanence"
         ) from None
 
 
@@ -56,9 +55,7 @@ def elapsed_days(*, since: datetime, now: datetime) -> float:
     return max(0.0, (now - since).total_seconds() / SECONDS_PER_DAY)
 
 
-def effective_confidence(
-    *, confidence: float, decay_rate: float, last_confirmed_at: datetime, now: datetime
-) -> float:
+def effective_confidence(*, confidence: float, decay_rate: float, last_confirmed_at: datetime, now: datetime) -> float:
     """``confidence * exp(-decay_rate * days)``: in [0, confidence], non-increasing as ``now`` advances."""
     if decay_rate < 0:
         raise InvalidInput("decay_rate must be >= 0", field="decay_rate")
@@ -72,13 +69,13 @@ def effective_confidence_sql(alias: str, now: str = "CAST(:now AS timestamptz)")
     float8 throughout (date_part, not extract, which is numeric and ~3x slower per row); the exponent is capped
     because PostgreSQL raises on exp() underflow, and exp(-700) is 0 for every purpose here.
     """
-    return (f"{alias}.confidence * exp(-least({alias}.decay_rate * greatest(0, date_part('epoch', {now} - "
-            f"{alias}.last_confirmed_at) / 86400.0), 700))")
+    return (
+        f"{alias}.confidence * exp(-least({alias}.decay_rate * greatest(0, date_part('epoch', {now} - "
+        f"{alias}.last_confirmed_at) / 86400.0), 700))"
+    )
 
 
-def classify_confidence(
-    effective: float, *, retrieval_threshold: float, expiry_threshold: float
-) -> ConfidenceBand:
+def classify_confidence(effective: float, *, retrieval_threshold: float, expiry_threshold: float) -> ConfidenceBand:
     """``normal`` at or above retrieval, ``expired`` below expiry, ``fading`` in between."""
     if effective >= retrieval_threshold:
         return "normal"
@@ -161,12 +158,7 @@ def relative_relevance(relevance: float, best: float) -> float:
 
 
 def composite_score(
-    *,
-    relevance: float,
-    importance: float,
-    recency: float,
-    effective_confidence: float,
-    weights: ScoreWeights,
+    *, relevance: float, importance: float, recency: float, effective_confidence: float, weights: ScoreWeights
 ) -> float:
     """Weighted sum of relevance, importance/10, recency and confidence; in [0, sum of weights]."""
     # Inputs are clamped to their ranges so one bad upstream value cannot dominate a mixed ordering.

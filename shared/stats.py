@@ -62,8 +62,12 @@ def _facts(conn: Connection, params: Mapping[str, Any]) -> dict[str, Any]:
             by_permanence[r["permanence"]] += r["n"]
         for band in BANDS:
             bands[band] += r[band]
-    return {"total": sum(by_validity.values()), "by_validity": by_validity,
-            "live_by_permanence": by_permanence, "active_confidence_bands": bands}
+    return {
+        "total": sum(by_validity.values()),
+        "by_validity": by_validity,
+        "live_by_permanence": by_permanence,
+        "active_confidence_bands": bands,
+    }
 
 
 def _rules(conn: Connection, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,9 +81,13 @@ def _rules(conn: Connection, params: Mapping[str, Any]) -> dict[str, Any]:
         if r["validity"] in ("active", "fading") and r["maturity"] != "anti_pattern":
             rated, helping, eff_sum = rated + r["rated"], helping + r["helping"], eff_sum + float(r["eff_sum"] or 0)
     return {
-        "total": sum(by_validity.values()), "by_maturity": by_maturity, "by_validity": by_validity,
+        "total": sum(by_validity.values()),
+        "by_maturity": by_maturity,
+        "by_validity": by_validity,
         "effectiveness": {
-            "rated": rated, "avg": round(eff_sum / rated, 4) if rated else None, "helping": helping,
+            "rated": rated,
+            "avg": round(eff_sum / rated, 4) if rated else None,
+            "helping": helping,
             "helping_share": round(helping / rated, 4) if rated else None,
             "anti_patterns": by_maturity["anti_pattern"],
         },
@@ -93,32 +101,50 @@ def _episodes(conn: Connection, params: Mapping[str, Any]) -> dict[str, Any]:
         oldest[r["status"]] = float(r["oldest_age"])
     last = conn.execute(text(LAST_CONSOLIDATION_SQL), params).scalar()
     return {
-        "total": sum(by_status.values()), "by_status": by_status,
-        "backlog": {"count": by_status["pending"] + by_status["failed"],
-                    "oldest_pending_age_seconds": oldest.get("pending"),
-                    "last_consolidation_at": last.isoformat() if last else None},
+        "total": sum(by_status.values()),
+        "by_status": by_status,
+        "backlog": {
+            "count": by_status["pending"] + by_status["failed"],
+            "oldest_pending_age_seconds": oldest.get("pending"),
+            "last_consolidation_at": last.isoformat() if last else None,
+        },
     }
 
 
 def last_maintenance_runs(conn: Connection) -> dict[str, dict[str, Any]]:
     """The newest run of each maintenance task (finished_at None: running, or died mid-run). Fleet-wide: the
     operator's view (/metrics with an operator token), never a tenant's."""
-    return {r["task"]: {"tick": r["tick"], "started_at": r["started_at"].isoformat(),
-                        "finished_at": r["finished_at"].isoformat() if r["finished_at"] else None,
-                        "summary": r["summary"]}
-            for r in conn.execute(text(MAINTENANCE_SQL)).mappings()}
+    return {
+        r["task"]: {
+            "tick": r["tick"],
+            "started_at": r["started_at"].isoformat(),
+            "finished_at": r["finished_at"].isoformat() if r["finished_at"] else None,
+            "summary": r["summary"],
+        }
+        for r in conn.execute(text(MAINTENANCE_SQL)).mappings()
+    }
 
 
 def stats(conn: Connection, *, tenant_id: str, scope: str | None, now: datetime, settings: Settings) -> dict[str, Any]:
     """One tenant's counts and distributions; ``scope`` narrows facts/rules to global+scope and episodes to it."""
-    params = {"t": tenant_id, "scope": scope, "now": now,
-              "helping": settings.memory.rules.promote_to_established.min_effectiveness}
+    params = {
+        "t": tenant_id,
+        "scope": scope,
+        "now": now,
+        "helping": settings.memory.rules.promote_to_established.min_effectiveness,
+    }
     episodes = _episodes(conn, params)
     return {
-        "tenant_id": tenant_id, "scope": scope, "as_of": now.isoformat(),
-        "facts": _facts(conn, params), "rules": _rules(conn, params), "episodes": episodes,
-        "dead_letters": {"episodes": episodes["by_status"]["dead_letter"],
-                         "write_intents": conn.execute(text(INTENTS_SQL), params).scalar_one()},
+        "tenant_id": tenant_id,
+        "scope": scope,
+        "as_of": now.isoformat(),
+        "facts": _facts(conn, params),
+        "rules": _rules(conn, params),
+        "episodes": episodes,
+        "dead_letters": {
+            "episodes": episodes["by_status"]["dead_letter"],
+            "write_intents": conn.execute(text(INTENTS_SQL), params).scalar_one(),
+        },
     }
 
 
@@ -152,10 +178,15 @@ ORDER BY k.tenant_id, k.butler"""
 def gauges(conn: Connection, *, now: datetime, tenant_id: str | None = None) -> list[dict[str, Any]]:
     """One row per shard key that ever wrote (so a drained key reads 0 rather than vanishing): ``tenant_id``'s
     keys, or every tenant's (None: the operator's view)."""
-    return [{**r, "oldest_pending_seconds": max(0.0, float(r["oldest_pending_seconds"])),
-             "backlog_age_p95_seconds": max(0.0, float(r["backlog_age_p95_seconds"])),
-             "oldest_intent_seconds": max(0.0, float(r["oldest_intent_seconds"]))}
-            for r in conn.execute(text(GAUGES_SQL), {"now": now, "tenant": tenant_id}).mappings()]
+    return [
+        {
+            **r,
+            "oldest_pending_seconds": max(0.0, float(r["oldest_pending_seconds"])),
+            "backlog_age_p95_seconds": max(0.0, float(r["backlog_age_p95_seconds"])),
+            "oldest_intent_seconds": max(0.0, float(r["oldest_intent_seconds"])),
+        }
+        for r in conn.execute(text(GAUGES_SQL), {"now": now, "tenant": tenant_id}).mappings()
+    ]
 
 
 MAINTENANCE_TIMES_SQL = """
@@ -168,8 +199,10 @@ FROM maintenance_runs GROUP BY task"""
 def maintenance_times(conn: Connection) -> dict[str, dict[str, float | None]]:
     """Per maintenance task (Unix times): its newest start, that run's finish (None: running or died) and the
     newest finish of any run. Fleet-wide: for the operator's /metrics only."""
-    return {r["task"]: {k: None if r[k] is None else float(r[k]) for k in ("started_at", "finished_at", "succeeded_at")}
-            for r in conn.execute(text(MAINTENANCE_TIMES_SQL)).mappings()}
+    return {
+        r["task"]: {k: None if r[k] is None else float(r[k]) for k in ("started_at", "finished_at", "succeeded_at")}
+        for r in conn.execute(text(MAINTENANCE_TIMES_SQL)).mappings()
+    }
 
 
 DB_CONNECTIONS_SQL = """
@@ -196,15 +229,26 @@ ORDER BY min(created_at) LIMIT :limit"""
 
 
 def backlog_keys(
-    conn: Connection, *, now: datetime, min_eligible: int | None = 1, retries_due: bool = False,
-    pending_before: datetime | None = None, limit: int = 10_000,
+    conn: Connection,
+    *,
+    now: datetime,
+    min_eligible: int | None = 1,
+    retries_due: bool = False,
+    pending_before: datetime | None = None,
+    limit: int = 10_000,
 ) -> list[tuple[str, str]]:
     """Keys (oldest backlog first) with >= min_eligible eligible episodes, a retry due, or a pending one too old.
 
     Each criterion is off when its argument is None/False; eligible means pending, or failed with the retry due.
     """
-    rows = conn.execute(text(BACKLOG_KEYS_SQL), {
-        "now": now, "min_eligible": min_eligible, "retries_due": retries_due, "pending_before": pending_before,
-        "limit": limit,
-    })
+    rows = conn.execute(
+        text(BACKLOG_KEYS_SQL),
+        {
+            "now": now,
+            "min_eligible": min_eligible,
+            "retries_due": retries_due,
+            "pending_before": pending_before,
+            "limit": limit,
+        },
+    )
     return [(r.tenant_id, r.butler) for r in rows]

@@ -46,7 +46,11 @@ def enable_multiprocess(directory: Path) -> None:
 # Imported after the helpers above on purpose: nothing at import time records a sample, so a worker's
 # enable_multiprocess() still takes effect if this module was imported first.
 from prometheus_client import (  # noqa: E402
-    CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: E402
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4  # noqa: E402
@@ -65,31 +69,64 @@ TOP_K = 10
 DIVERSITY_BUCKETS = tuple(float(n) for n in range(TOP_K + 1))
 CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
-TOOL_CALLS = Counter("memory_butler_tool_calls", "Tool calls by tool and outcome (ok, degraded or the error class).",
-                     ["tool", "outcome"])
-TOOL_SECONDS = Histogram("memory_butler_tool_seconds", "Time serving a tool call (calls refused before running are only counted).",
-                         ["tool"], buckets=LATENCY_BUCKETS)
-CANDIDATE_SECONDS = Histogram("memory_butler_candidate_statement_seconds",
-                              "The read path's candidate statement (one round trip per read), by query mode.",
-                              ["mode"], buckets=LATENCY_BUCKETS)
-EMBED_SECONDS = Histogram("memory_butler_embedding_seconds", "Embedding time: one query (front) or a batch (worker).",
-                          ["kind"], buckets=LATENCY_BUCKETS + (10.0, 30.0))
-READS = Counter("memory_butler_reads", "Reads by tool and whether they returned anything (result: hit or empty).",
-                ["tool", "result"])
-TOPK_DISTINCT = Histogram("memory_butler_read_topk_distinct",
-                          f"Distinct subjects among a read's top {TOP_K} facts (by=subject) or sessions among its top {TOP_K} "
-                          "episodes (by=session).",
-                          ["tool", "by"], buckets=DIVERSITY_BUCKETS)
-READ_CONFIDENCE = Histogram("memory_butler_read_confidence", "Effective confidence of the facts a read returned.",
-                            ["tool"], buckets=CONFIDENCE_BUCKETS)
+TOOL_CALLS = Counter(
+    "memory_butler_tool_calls", "Tool calls by tool and outcome (ok, degraded or the error class).", ["tool", "outcome"]
+)
+TOOL_SECONDS = Histogram(
+    "memory_butler_tool_seconds",
+    "Time serving a tool call (calls refused before running are only counted).",
+    ["tool"],
+    buckets=LATENCY_BUCKETS,
+)
+CANDIDATE_SECONDS = Histogram(
+    "memory_butler_candidate_statement_seconds",
+    "The read path's candidate statement (one round trip per read), by query mode.",
+    ["mode"],
+    buckets=LATENCY_BUCKETS,
+)
+EMBED_SECONDS = Histogram(
+    "memory_butler_embedding_seconds",
+    "Embedding time: one query (front) or a batch (worker).",
+    ["kind"],
+    buckets=LATENCY_BUCKETS + (10.0, 30.0),
+)
+READS = Counter(
+    "memory_butler_reads",
+    "Reads by tool and whether they returned anything (result: hit or empty).",
+    ["tool", "result"],
+)
+TOPK_DISTINCT = Histogram(
+    "memory_butler_read_topk_distinct",
+    f"Distinct subjects among a read's top {TOP_K} facts (by=subject) or sessions among its top {TOP_K} "
+    "episodes (by=session).",
+    ["tool", "by"],
+    buckets=DIVERSITY_BUCKETS,
+)
+READ_CONFIDENCE = Histogram(
+    "memory_butler_read_confidence",
+    "Effective confidence of the facts a read returned.",
+    ["tool"],
+    buckets=CONFIDENCE_BUCKETS,
+)
 WAKEUPS = Counter("memory_butler_wakeups", "Broker wake-ups of this front's publisher by result.", ["result"])
-APPLY_LAG = Histogram("memory_butler_accept_to_applied_seconds",
-                      "From a write's acceptance (outbox row) to its apply by a worker.", ["kind"], buckets=WORK_BUCKETS)
-CONSOLIDATION_SECONDS = Histogram("memory_butler_consolidation_batch_seconds",
-                                  "One consolidation batch, by outcome (consolidated, failed, dead_letter, ...).",
-                                  ["outcome"], buckets=WORK_BUCKETS)
-EXTRACTOR_SECONDS = Histogram("memory_butler_extractor_seconds", "One extractor call, by extractor and outcome.",
-                              ["extractor", "outcome"], buckets=WORK_BUCKETS)
+APPLY_LAG = Histogram(
+    "memory_butler_accept_to_applied_seconds",
+    "From a write's acceptance (outbox row) to its apply by a worker.",
+    ["kind"],
+    buckets=WORK_BUCKETS,
+)
+CONSOLIDATION_SECONDS = Histogram(
+    "memory_butler_consolidation_batch_seconds",
+    "One consolidation batch, by outcome (consolidated, failed, dead_letter, ...).",
+    ["outcome"],
+    buckets=WORK_BUCKETS,
+)
+EXTRACTOR_SECONDS = Histogram(
+    "memory_butler_extractor_seconds",
+    "One extractor call, by extractor and outcome.",
+    ["extractor", "outcome"],
+    buckets=WORK_BUCKETS,
+)
 
 
 def observe_tool(tool: str, outcome: str, seconds: float | None) -> None:
@@ -127,15 +164,27 @@ def process_text() -> bytes:
 # (metric, help, [(row field, extra label, value)]) for the per-shard-key rows of shared.stats.gauges
 KEY_GAUGES: tuple[tuple[str, str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]], ...] = (
     ("memory_butler_backlog", "Unconsolidated (pending + failed) episodes per shard key.", (("backlog", ()),)),
-    ("memory_butler_oldest_pending_seconds", "Age of the oldest pending episode (0 when none).",
-     (("oldest_pending_seconds", ()),)),
-    ("memory_butler_backlog_age_p95_seconds", "95th percentile age of the unconsolidated episodes (0 when none).",
-     (("backlog_age_p95_seconds", ()),)),
-    ("memory_butler_dead_letters", "Dead-lettered episodes and write intents.",
-     (("dead_letter_episodes", (("kind", "episode"),)), ("dead_letter_intents", (("kind", "write_intent"),)))),
+    (
+        "memory_butler_oldest_pending_seconds",
+        "Age of the oldest pending episode (0 when none).",
+        (("oldest_pending_seconds", ()),),
+    ),
+    (
+        "memory_butler_backlog_age_p95_seconds",
+        "95th percentile age of the unconsolidated episodes (0 when none).",
+        (("backlog_age_p95_seconds", ()),),
+    ),
+    (
+        "memory_butler_dead_letters",
+        "Dead-lettered episodes and write intents.",
+        (("dead_letter_episodes", (("kind", "episode"),)), ("dead_letter_intents", (("kind", "write_intent"),))),
+    ),
     ("memory_butler_pending_intents", "Accepted writes not applied yet.", (("pending_intents", ()),)),
-    ("memory_butler_oldest_pending_intent_seconds", "Age of the oldest pending write intent (0 when none).",
-     (("oldest_intent_seconds", ()),)),
+    (
+        "memory_butler_oldest_pending_intent_seconds",
+        "Age of the oldest pending write intent (0 when none).",
+        (("oldest_intent_seconds", ()),),
+    ),
 )
 
 
@@ -167,16 +216,28 @@ def key_families(rows: Iterable[Mapping[str, Any]]) -> list[GaugeMetricFamily]:
     return out
 
 
-def maintenance_families(runs: Mapping[str, Mapping[str, Any]], periods: Mapping[str, float]) -> list[GaugeMetricFamily]:
+def maintenance_families(
+    runs: Mapping[str, Mapping[str, Any]], periods: Mapping[str, float]
+) -> list[GaugeMetricFamily]:
     """Fleet-wide maintenance gauges: each task's newest start and finish, its newest success, its period."""
-    started = _family("memory_butler_maintenance_last_started_seconds",
-                      "Start of the newest run of each task (Unix time).", ["task"])
-    finished = _family("memory_butler_maintenance_last_finished_seconds",
-                       "End of the newest run of each task (Unix time; 0 while it runs or if it died).", ["task"])
-    success = _family("memory_butler_maintenance_last_success_seconds",
-                      "End of the newest run of each task that finished (Unix time).", ["task"])
-    period = _family("memory_butler_maintenance_period_seconds",
-                     "The longest gap between two scheduled runs of each task (from its cron or interval).", ["task"])
+    started = _family(
+        "memory_butler_maintenance_last_started_seconds", "Start of the newest run of each task (Unix time).", ["task"]
+    )
+    finished = _family(
+        "memory_butler_maintenance_last_finished_seconds",
+        "End of the newest run of each task (Unix time; 0 while it runs or if it died).",
+        ["task"],
+    )
+    success = _family(
+        "memory_butler_maintenance_last_success_seconds",
+        "End of the newest run of each task that finished (Unix time).",
+        ["task"],
+    )
+    period = _family(
+        "memory_butler_maintenance_period_seconds",
+        "The longest gap between two scheduled runs of each task (from its cron or interval).",
+        ["task"],
+    )
     for task, run in sorted(runs.items()):
         started.add_metric([task], run["started_at"])
         finished.add_metric([task], run["finished_at"] or 0.0)
@@ -187,12 +248,15 @@ def maintenance_families(runs: Mapping[str, Mapping[str, Any]], periods: Mapping
     return [started, finished, success, period]
 
 
-def fleet_families(*, queue_depths: Mapping[str, int] | None, db: Mapping[str, float] | None) -> list[GaugeMetricFamily]:
+def fleet_families(
+    *, queue_depths: Mapping[str, int] | None, db: Mapping[str, float] | None
+) -> list[GaugeMetricFamily]:
     """Operator-only gauges without a tenant: messages waiting per queue, database connections."""
     out = []
     if queue_depths is not None:
-        depth = _family("memory_butler_queue_depth", "Messages waiting in each Celery queue (Redis list length).",
-                        ["queue"])
+        depth = _family(
+            "memory_butler_queue_depth", "Messages waiting in each Celery queue (Redis list length).", ["queue"]
+        )
         for queue, n in sorted(queue_depths.items()):
             depth.add_metric([queue], n)
         out.append(depth)
@@ -219,11 +283,14 @@ def front_families(*, database_up: bool, pool_checked_out: int | None) -> list[G
 
 def query_batcher_families(*, batches: int, texts: int) -> list[Any]:
     """The front's query micro-batcher: model calls and the texts they embedded (texts / batches = mean batch)."""
-    calls = CounterMetricFamily("memory_butler_query_embedding_batches", "Model calls of this front's query "
-                                "embedding thread.")
+    calls = CounterMetricFamily(
+        "memory_butler_query_embedding_batches", "Model calls of this front's query embedding thread."
+    )
     calls.add_metric([], batches)
-    embedded = CounterMetricFamily("memory_butler_query_embedding_texts", "Query texts those calls embedded (cache "
-                                   "hits and identical texts excluded).")
+    embedded = CounterMetricFamily(
+        "memory_butler_query_embedding_texts",
+        "Query texts those calls embedded (cache hits and identical texts excluded).",
+    )
     embedded.add_metric([], texts)
     return [calls, embedded]
 
@@ -232,10 +299,14 @@ def replica_families(statuses: Sequence[Any]) -> list[GaugeMetricFamily]:
     """Each read replica as this front last checked it (shared.replicas.ReplicaStatus); none without replicas."""
     if not statuses:
         return []
-    up = _family("memory_butler_replica_up", "1 when the replica answered as a streaming replica at its last check.",
-                 ["replica"])
-    lag = _family("memory_butler_replica_lag_seconds",
-                  "How long the primary has held WAL the replica has not replayed (measured by this front).", ["replica"])
+    up = _family(
+        "memory_butler_replica_up", "1 when the replica answered as a streaming replica at its last check.", ["replica"]
+    )
+    lag = _family(
+        "memory_butler_replica_lag_seconds",
+        "How long the primary has held WAL the replica has not replayed (measured by this front).",
+        ["replica"],
+    )
     for s in statuses:
         up.add_metric([s.label], 1.0 if s.up else 0.0)
         if s.lag_s is not None:
@@ -251,6 +322,7 @@ def scrape_text(families: Iterable[GaugeMetricFamily]) -> bytes:
 
 
 # --- worker nodes -----------------------------------------------------------------------------------------
+
 
 def serve_worker_metrics(*, host: str, port: int, directory: Path) -> Any:
     """Serve every pool process's samples under ``directory``, summed, on ``host:port`` (a daemon thread)."""

@@ -131,7 +131,12 @@ def ensure_tenant(conn: Connection, *, tenant_id: str) -> None:
 
 
 def create_token(
-    conn: Connection, *, tenant_id: str, name: str, butlers: Sequence[str], role: Role,
+    conn: Connection,
+    *,
+    tenant_id: str,
+    name: str,
+    butlers: Sequence[str],
+    role: Role,
     expires_at: datetime | None = None,
 ) -> tuple[uuid.UUID, str]:
     """Store a new token's hash; return (token_id, plaintext). The plaintext is not recoverable later.
@@ -147,7 +152,12 @@ def create_token(
     token_id, token = uuid.uuid4(), new_token()
     conn.execute(
         api_tokens.insert().values(
-            id=token_id, tenant_id=tenant_id, name=name, token_hash=hash_token(token), butlers=checked, role=role,
+            id=token_id,
+            tenant_id=tenant_id,
+            name=name,
+            token_hash=hash_token(token),
+            butlers=checked,
+            role=role,
             expires_at=expires_at,
         )
     )
@@ -157,15 +167,27 @@ def create_token(
 def list_tokens(conn: Connection, *, tenant_id: str | None = None) -> list[TokenInfo]:
     """Every token (revoked ones included), oldest first; never the hashes."""
     query = select(
-        api_tokens.c.id, api_tokens.c.tenant_id, api_tokens.c.name, api_tokens.c.butlers,
-        api_tokens.c.role, api_tokens.c.created_at, api_tokens.c.revoked_at, api_tokens.c.expires_at,
+        api_tokens.c.id,
+        api_tokens.c.tenant_id,
+        api_tokens.c.name,
+        api_tokens.c.butlers,
+        api_tokens.c.role,
+        api_tokens.c.created_at,
+        api_tokens.c.revoked_at,
+        api_tokens.c.expires_at,
     ).order_by(api_tokens.c.created_at, api_tokens.c.id)
     if tenant_id is not None:
         query = query.where(api_tokens.c.tenant_id == tenant_id)
     return [
         TokenInfo(
-            id=row.id, tenant_id=row.tenant_id, name=row.name, butlers=tuple(row.butlers),
-            role=row.role, created_at=row.created_at, revoked_at=row.revoked_at, expires_at=row.expires_at,
+            id=row.id,
+            tenant_id=row.tenant_id,
+            name=row.name,
+            butlers=tuple(row.butlers),
+            role=row.role,
+            created_at=row.created_at,
+            revoked_at=row.revoked_at,
+            expires_at=row.expires_at,
         )
         for row in conn.execute(query)
     ]
@@ -187,16 +209,19 @@ def resolve_token(conn: Connection, *, token: str) -> Principal | None:
     if not well_formed(token):
         return None
     row = conn.execute(
-        select(api_tokens.c.id, api_tokens.c.tenant_id, api_tokens.c.butlers, api_tokens.c.role,
-               api_tokens.c.expires_at).where(
-            api_tokens.c.token_hash == hash_token(token), api_tokens.c.revoked_at.is_(None),
+        select(
+            api_tokens.c.id, api_tokens.c.tenant_id, api_tokens.c.butlers, api_tokens.c.role, api_tokens.c.expires_at
+        ).where(
+            api_tokens.c.token_hash == hash_token(token),
+            api_tokens.c.revoked_at.is_(None),
             or_(api_tokens.c.expires_at.is_(None), api_tokens.c.expires_at > func.now()),
         )
     ).first()
     if row is None:
         return None
-    return Principal(tenant_id=row.tenant_id, butlers=tuple(row.butlers), role=row.role, token_id=row.id,
-                     expires_at=row.expires_at)
+    return Principal(
+        tenant_id=row.tenant_id, butlers=tuple(row.butlers), role=row.role, token_id=row.id, expires_at=row.expires_at
+    )
 
 
 def ensure_dev_token(conn: Connection, *, tenant_id: str, token_file: Path) -> str:

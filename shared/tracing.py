@@ -115,8 +115,9 @@ def setup(settings: TracingSettings, *, role: str, exporter: SpanExporter | None
     _instrument(provider)
     _tracer = provider.get_tracer("memory_butler")
     logs.add_context(log_ids)
-    log.info("tracing on", extra={"exporter": "custom" if exporter is not None else settings.active_exporter,
-                                  "role": role})
+    log.info(
+        "tracing on", extra={"exporter": "custom" if exporter is not None else settings.active_exporter, "role": role}
+    )
     return True
 
 
@@ -242,8 +243,7 @@ def span(name: str, **attributes: Any) -> Iterator[None]:
     if _tracer is None:
         yield
         return
-    with _tracer.start_as_current_span(name, attributes={ATTR + k: v for k, v in attributes.items()
-                                                          if v is not None}):
+    with _tracer.start_as_current_span(name, attributes={ATTR + k: v for k, v in attributes.items() if v is not None}):
         yield
 
 
@@ -264,14 +264,24 @@ def record_applied(intents: Sequence[Mapping[str, Any]], *, started_ns: int, out
         carrier = intent.get("trace_context")
         if not carrier:
             continue
-        attributes = {ATTR + "intent_id": str(intent["id"]), ATTR + "kind": intent["kind"],
-                      ATTR + "seq": int(intent["seq"]), ATTR + "tenant": intent["tenant_id"],
-                      ATTR + "butler": intent["butler"], ATTR + "batch_size": len(intents),
-                      ATTR + "outcome": outcomes.get(intent["id"], "unknown")}
+        attributes = {
+            ATTR + "intent_id": str(intent["id"]),
+            ATTR + "kind": intent["kind"],
+            ATTR + "seq": int(intent["seq"]),
+            ATTR + "tenant": intent["tenant_id"],
+            ATTR + "butler": intent["butler"],
+            ATTR + "batch_size": len(intents),
+            ATTR + "outcome": outcomes.get(intent["id"], "unknown"),
+        }
         if intent.get("request_id"):
             attributes[ATTR + "request_id"] = intent["request_id"]
-        applied = _tracer.start_span("memory.apply_intent", context=_W3C.extract(carrier), links=links,
-                                     start_time=started_ns, attributes=attributes)
+        applied = _tracer.start_span(
+            "memory.apply_intent",
+            context=_W3C.extract(carrier),
+            links=links,
+            start_time=started_ns,
+            attributes=attributes,
+        )
         if attributes[ATTR + "outcome"] != "applied":
             applied.set_status(trace.Status(trace.StatusCode.ERROR, attributes[ATTR + "outcome"]))
         applied.end(end_time=ended)

@@ -27,33 +27,41 @@ class Predicate:
     meaning: str
 
 
-PREDICATES: dict[str, Predicate] = {p.name: p for p in (
-    Predicate("name", "permanent", 8, False, "the subject's name"),
-    Predicate("birthday", "permanent", 7, False, "date of birth"),
-    Predicate("hometown", "permanent", 5, False, "where the subject is originally from"),
-    Predicate("nationality", "permanent", 5, False, "citizenship or nationality"),
-    Predicate("age", "stable", 4, False, "age in years"),
-    Predicate("allergic_to", "permanent", 9, True, "an allergy"),
-    Predicate("medical_condition", "permanent", 8, True, "a diagnosed condition"),
-    Predicate("diet", "stable", 7, True, "a dietary restriction or regime (vegetarian, lactose intolerant, keto)"),
-    Predicate("lives_in", "stable", 6, False, "the city or place the subject lives now"),
-    Predicate("works_at", "stable", 6, False, "employer or organisation"),
-    Predicate("job", "stable", 6, False, "occupation or role"),
-    Predicate("studies", "stable", 5, False, "what or where the subject studies"),
-    Predicate("relationship", "permanent", 7, False,
-              "how the subject relates to someone (family: permanent; friends and colleagues: stable)"),
-    Predicate("has_pet", "stable", 5, True, "a pet"),
-    Predicate("speaks", "stable", 4, True, "a language the subject speaks"),
-    Predicate("prefers", "stable", 5, True, "a lasting preference"),
-    Predicate("favorite", "stable", 4, True, "a favourite thing of a kind (the kind follows: favorite_color)"),
-    Predicate("likes", "standard", 4, True, "something the subject enjoys"),
-    Predicate("dislikes", "standard", 4, True, "something the subject dislikes"),
-    Predicate("reading", "standard", 4, False, "what the subject is reading now"),
-    Predicate("learning", "standard", 4, False, "what the subject is learning now"),
-    Predicate("working_on", "standard", 5, False, "the subject's current project"),
-    Predicate("goal", "standard", 5, True, "a longer-term aim"),
-    Predicate("plans", "volatile", 4, True, "a near-term plan"),
-)}
+PREDICATES: dict[str, Predicate] = {
+    p.name: p
+    for p in (
+        Predicate("name", "permanent", 8, False, "the subject's name"),
+        Predicate("birthday", "permanent", 7, False, "date of birth"),
+        Predicate("hometown", "permanent", 5, False, "where the subject is originally from"),
+        Predicate("nationality", "permanent", 5, False, "citizenship or nationality"),
+        Predicate("age", "stable", 4, False, "age in years"),
+        Predicate("allergic_to", "permanent", 9, True, "an allergy"),
+        Predicate("medical_condition", "permanent", 8, True, "a diagnosed condition"),
+        Predicate("diet", "stable", 7, True, "a dietary restriction or regime (vegetarian, lactose intolerant, keto)"),
+        Predicate("lives_in", "stable", 6, False, "the city or place the subject lives now"),
+        Predicate("works_at", "stable", 6, False, "employer or organisation"),
+        Predicate("job", "stable", 6, False, "occupation or role"),
+        Predicate("studies", "stable", 5, False, "what or where the subject studies"),
+        Predicate(
+            "relationship",
+            "permanent",
+            7,
+            False,
+            "how the subject relates to someone (family: permanent; friends and colleagues: stable)",
+        ),
+        Predicate("has_pet", "stable", 5, True, "a pet"),
+        Predicate("speaks", "stable", 4, True, "a language the subject speaks"),
+        Predicate("prefers", "stable", 5, True, "a lasting preference"),
+        Predicate("favorite", "stable", 4, True, "a favourite thing of a kind (the kind follows: favorite_color)"),
+        Predicate("likes", "standard", 4, True, "something the subject enjoys"),
+        Predicate("dislikes", "standard", 4, True, "something the subject dislikes"),
+        Predicate("reading", "standard", 4, False, "what the subject is reading now"),
+        Predicate("learning", "standard", 4, False, "what the subject is learning now"),
+        Predicate("working_on", "standard", 5, False, "the subject's current project"),
+        Predicate("goal", "standard", 5, True, "a longer-term aim"),
+        Predicate("plans", "volatile", 4, True, "a near-term plan"),
+    )
+}
 
 # A new likes_x replaces a known dislikes_x and the other way round.
 OPPOSITES = {"likes": "dislikes", "dislikes": "likes"}
@@ -70,8 +78,9 @@ def base_predicate(predicate: str) -> str:
     return norm
 
 
-_SLUG_SKIP = frozenset({"a", "an", "the", "my", "our", "his", "her", "their", "to", "of", "some", "very", "really",
-                        "is", "are"})
+_SLUG_SKIP = frozenset(
+    {"a", "an", "the", "my", "our", "his", "her", "their", "to", "of", "some", "very", "really", "is", "are"}
+)
 _SLUG_STOP = frozenset({"on", "in", "at", "for", "with", "from", "by", "during", "about", "over", "near", "after"})
 
 

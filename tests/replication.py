@@ -64,8 +64,7 @@ class ReplicaPair:
         return self.url("replica")
 
     def _run(self, *argv: str) -> None:
-        subprocess.run(argv, check=True, user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       timeout=120)
+        subprocess.run(argv, check=True, user=self.user, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
 
     def start(self) -> ReplicaPair:
         for path in (self.base, self.primary_sock, self.replica_sock):
@@ -82,8 +81,21 @@ class ReplicaPair:
         self.start_server("primary")
         db.ensure_database(self.url("primary", "postgres"), db.EMBEDDED_DB)
         db.migrate(self.primary_url)
-        self._run(_bin("pg_basebackup"), "-D", str(self.replica_dir), "-h", str(self.primary_sock), "-p", str(PORT),
-                  "-U", "postgres", "-X", "stream", "-R", "--checkpoint=fast")
+        self._run(
+            _bin("pg_basebackup"),
+            "-D",
+            str(self.replica_dir),
+            "-h",
+            str(self.primary_sock),
+            "-p",
+            str(PORT),
+            "-U",
+            "postgres",
+            "-X",
+            "stream",
+            "-R",
+            "--checkpoint=fast",
+        )
         with (self.replica_dir / "postgresql.conf").open("a") as conf:
             conf.write(f"unix_socket_directories = '{self.replica_sock}'\nhot_standby_feedback = on\n")
         self.start_server("replica")

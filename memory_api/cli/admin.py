@@ -51,9 +51,10 @@ def cmd_reembed(args: argparse.Namespace) -> int:
 
 def _add_reembed(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "reembed", help="re-embed every row made with another model version (after a model change)",
+        "reembed",
+        help="re-embed every row made with another model version (after a model change)",
         description="Backfills embeddings for episodes, facts and rules whose embedding_version_id is not the "
-                    "current model's, in batches with a progress bar. Interrupt it any time; it resumes.",
+        "current model's, in batches with a progress bar. Interrupt it any time; it resumes.",
     )
     parser.add_argument("--batch", type=int, default=256, help="rows per model call and transaction")
     parser.set_defaults(func=cmd_reembed)
@@ -62,7 +63,8 @@ def _add_reembed(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPar
 
 def _add_migrate(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "migrate", help="upgrade the database schema (idempotent; safe from several processes)",
+        "migrate",
+        help="upgrade the database schema (idempotent; safe from several processes)",
         description="Upgrade the database in force (DATABASE_URL, else the embedded one) to a schema revision.",
     )
     parser.add_argument("--revision", default="head", help="target revision (default: head)")
@@ -72,9 +74,10 @@ def _add_migrate(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPar
 
 def _add_db_url(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "db-url", help="print the database URL in force (password included: it is for your shell)",
+        "db-url",
+        help="print the database URL in force (password included: it is for your shell)",
         description="Prints DATABASE_URL if set, else the running stack's database, else the embedded one's "
-                    "(the embedded server is only started for this and stopped again if it was not running).",
+        "(the embedded server is only started for this and stopped again if it was not running).",
     )
     parser.set_defaults(func=cmd_db_url)
     return parser

@@ -33,8 +33,10 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     print(f"{'kind':<12} {'id':<36}  {'tenant':<16} {'butler':<12} {'seq':>6} {'tries':>5}  error")
     for d in letters:
-        print(f"{d.kind:<12} {d.id!s:<36}  {d.tenant_id:<16} {d.butler:<12} {d.seq:>6} {d.attempts:>5}  "
-              f"{(d.error or '-')[:80]}")
+        print(
+            f"{d.kind:<12} {d.id!s:<36}  {d.tenant_id:<16} {d.butler:<12} {d.seq:>6} {d.attempts:>5}  "
+            f"{(d.error or '-')[:80]}"
+        )
     return 0
 
 
@@ -52,9 +54,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _print_letter(d: DeadLetter) -> None:
-    print(f"{d.kind} {d.id}\ntenant    {d.tenant_id}\nbutler    {d.butler}\nseq       {d.seq}\n"
-          f"status    {d.status}\nattempts  {d.attempts}\ncreated   {d.created_at:%Y-%m-%d %H:%M:%S%z}\n"
-          f"error     {d.error or '-'}")
+    print(
+        f"{d.kind} {d.id}\ntenant    {d.tenant_id}\nbutler    {d.butler}\nseq       {d.seq}\n"
+        f"status    {d.status}\nattempts  {d.attempts}\ncreated   {d.created_at:%Y-%m-%d %H:%M:%S%z}\n"
+        f"error     {d.error or '-'}"
+    )
     print(json.dumps(d.detail, indent=2, default=str, ensure_ascii=False))
 
 
@@ -79,8 +83,11 @@ def cmd_drop(args: argparse.Namespace) -> int:
         print("memory-butler dead-letters drop: give IDs or --all (not both)", file=sys.stderr)
         return 2
     if args.all and not args.yes:
-        print("memory-butler dead-letters drop --all: deletes every dead letter"
-              f"{' of ' + repr(args.tenant) if args.tenant else ''} for good; add --yes to do it", file=sys.stderr)
+        print(
+            "memory-butler dead-letters drop --all: deletes every dead letter"
+            f"{' of ' + repr(args.tenant) if args.tenant else ''} for good; add --yes to do it",
+            file=sys.stderr,
+        )
         return 2
     with command_transaction(settings_for(args)) as conn:
         done = drop(conn, ids=args.ids or None, tenant_id=args.tenant, actor=ACTOR)
@@ -110,7 +117,8 @@ def _wake(done: Iterable[Redriven], settings: Settings) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "dead-letters", help="list, show, redrive or drop what the workers gave up on",
+        "dead-letters",
+        help="list, show, redrive or drop what the workers gave up on",
         description="Episodes whose consolidation and write intents whose apply failed too often.",
     )
     sub = parser.add_subparsers(dest="dead_letters_command", metavar="ACTION", required=True)

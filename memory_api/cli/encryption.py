@@ -38,8 +38,10 @@ def cmd_rotate(args: argparse.Namespace) -> int:
             engine.dispose()
     print(f"{done} sealed facts re-sealed under key {active!r}")
     if skipped:
-        print(f"{len(skipped)} sealed facts do not open with the configured keys and were left as they are "
-              f"(list their old key in encryption.keys and run again), e.g. {', '.join(map(str, skipped[:5]))}")
+        print(
+            f"{len(skipped)} sealed facts do not open with the configured keys and were left as they are "
+            f"(list their old key in encryption.keys and run again), e.g. {', '.join(map(str, skipped[:5]))}"
+        )
         return 1
     print("every sealed fact is under the active key: the old keys can be removed from encryption.keys")
     return 0
@@ -51,9 +53,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     new = sub.add_parser("new-key", help="print a fresh random AES-256 key (base64) for encryption.keys")
     new.set_defaults(func=cmd_new_key)
     rotate = sub.add_parser(
-        "rotate", help="re-seal every sealed fact under encryption.active_key",
+        "rotate",
+        help="re-seal every sealed fact under encryption.active_key",
         description="Opens each fact sealed under another key id with that key (it must still be listed in "
-                    "encryption.keys) and seals it again under the active key, in batches; resumable.")
+        "encryption.keys) and seals it again under the active key, in batches; resumable.",
+    )
     rotate.add_argument("--batch", type=int, default=500, help="rows per transaction")
     rotate.set_defaults(func=cmd_rotate)
     add_data_dir_option(rotate)

@@ -39,12 +39,31 @@ def cmd_burst(args: argparse.Namespace) -> int:
         logging.getLogger(chatty).setLevel(logging.WARNING)
 
     config = BurstConfig(
-        url=args.url, tokens=dict(args.token), database_url=args.database_url, data_dir=args.data_dir,
-        episodes=args.episodes, clients=args.clients, tenants=args.tenants, butlers=args.butlers, rate=args.rate,
-        batch=args.batch, readers=args.readers, read_rate=args.read_rate, read_tool=args.read_tool,
-        replay=args.replay, chaos=args.chaos, outage_s=args.outage, chaos_at=args.chaos_at, out_dir=args.out,
-        drain_timeout_s=args.drain_timeout, give_up_s=args.give_up_after, max_seconds=args.max_seconds,
-        create_tenants=args.create_tenants, seed=args.seed, quiet=args.quiet, keep_stack=args.keep_stack,
+        url=args.url,
+        tokens=dict(args.token),
+        database_url=args.database_url,
+        data_dir=args.data_dir,
+        episodes=args.episodes,
+        clients=args.clients,
+        tenants=args.tenants,
+        butlers=args.butlers,
+        rate=args.rate,
+        batch=args.batch,
+        readers=args.readers,
+        read_rate=args.read_rate,
+        read_tool=args.read_tool,
+        replay=args.replay,
+        chaos=args.chaos,
+        outage_s=args.outage,
+        chaos_at=args.chaos_at,
+        out_dir=args.out,
+        drain_timeout_s=args.drain_timeout,
+        give_up_s=args.give_up_after,
+        max_seconds=args.max_seconds,
+        create_tenants=args.create_tenants,
+        seed=args.seed,
+        quiet=args.quiet,
+        keep_stack=args.keep_stack,
     )
     return run(config)
 
@@ -55,31 +74,54 @@ def _at_least(kind: type, minimum: float = 0) -> object:
         if number < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}")
         return number
+
     return parse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     loadtest = subparsers.add_parser("loadtest", help="load tests and fault drills against a running deployment")
     sub = loadtest.add_subparsers(dest="loadtest_command", metavar="COMMAND", required=True)
-    p = sub.add_parser("burst", help="a burst of episodes through MCP, then verification from the database",
-                       description=BURST_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "burst",
+        help="a burst of episodes through MCP, then verification from the database",
+        description=BURST_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_data_dir_option(p)
     target = p.add_argument_group("target")
     target.add_argument("--url", help="MCP endpoint, e.g. http://127.0.0.1:8150/mcp (default: the local stack's)")
-    target.add_argument("--token", type=_token, action="append", default=[], metavar="TENANT=TOKEN",
-                        help="a butler token per tenant (repeat); the tenants are then these")
+    target.add_argument(
+        "--token",
+        type=_token,
+        action="append",
+        default=[],
+        metavar="TENANT=TOKEN",
+        help="a butler token per tenant (repeat); the tenants are then these",
+    )
     target.add_argument("--database-url", help="the deployment's database, for tenants and verification")
-    target.add_argument("--create-tenants", action=argparse.BooleanOptionalAction, default=None,
-                        help="create the run's tenants and tokens in the database (default: when no --token)")
+    target.add_argument(
+        "--create-tenants",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="create the run's tenants and tokens in the database (default: when no --token)",
+    )
     load = p.add_argument_group("load")
     load.add_argument("--episodes", type=_at_least(int, 1), default=1000, help="episodes to write (default 1000)")
     load.add_argument("--clients", type=_at_least(int, 1), default=50, help="concurrent writers (default 50)")
     load.add_argument("--tenants", type=_at_least(int, 1), default=2, help="tenants (default 2)")
     load.add_argument("--butlers", type=_at_least(int, 1), default=4, help="butlers per tenant (default 4)")
-    load.add_argument("--rate", type=_at_least(float), default=0.0,
-                      help="episodes/s over all clients; 0 = as fast as accepted (default)")
-    load.add_argument("--batch", type=_at_least(int), default=0,
-                      help="0 = memory_store_episode per episode; K = memory_ingest_batch of K")
+    load.add_argument(
+        "--rate",
+        type=_at_least(float),
+        default=0.0,
+        help="episodes/s over all clients; 0 = as fast as accepted (default)",
+    )
+    load.add_argument(
+        "--batch",
+        type=_at_least(int),
+        default=0,
+        help="0 = memory_store_episode per episode; K = memory_ingest_batch of K",
+    )
     load.add_argument("--readers", type=_at_least(int), default=0, help="concurrent readers (default 0)")
     load.add_argument("--read-rate", type=_at_least(float), default=50.0, help="reads/s over all readers (default 50)")
     load.add_argument("--read-tool", choices=("context", "search"), default="context")
@@ -87,19 +129,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--seed", type=int, default=1, help="seed of the generated text (default 1)")
     drill = p.add_argument_group("fault drills (a stack of their own, local only)")
     drill.add_argument("--chaos", choices=("kill-worker", "redis", "postgres", "front", "replay"))
-    drill.add_argument("--outage", type=_at_least(float), default=5.0,
-                       help="seconds the broken part stays down (default 5)")
-    drill.add_argument("--chaos-at", type=float, default=0.3,
-                       help="share of the burst accepted before the drill breaks something (default 0.3)")
-    drill.add_argument("--keep-stack", action="store_true",
-                       help="keep the drill stack's data dir and logs (it is still stopped)")
+    drill.add_argument(
+        "--outage", type=_at_least(float), default=5.0, help="seconds the broken part stays down (default 5)"
+    )
+    drill.add_argument(
+        "--chaos-at",
+        type=float,
+        default=0.3,
+        help="share of the burst accepted before the drill breaks something (default 0.3)",
+    )
+    drill.add_argument(
+        "--keep-stack", action="store_true", help="keep the drill stack's data dir and logs (it is still stopped)"
+    )
     out = p.add_argument_group("output and bounds")
     out.add_argument("--out", type=Path, default=Path("loadtest-out"), help="where the JSON and PNG go")
-    out.add_argument("--drain-timeout", type=_at_least(float), default=300.0,
-                     help="seconds to wait for the backlog to drain after the burst (default 300)")
-    out.add_argument("--give-up-after", type=_at_least(float), default=180.0,
-                     help="seconds one write is retried before it is reported as given up (default 180)")
-    out.add_argument("--max-seconds", type=_at_least(float), default=1800.0,
-                     help="hard bound on the burst itself (default 1800)")
+    out.add_argument(
+        "--drain-timeout",
+        type=_at_least(float),
+        default=300.0,
+        help="seconds to wait for the backlog to drain after the burst (default 300)",
+    )
+    out.add_argument(
+        "--give-up-after",
+        type=_at_least(float),
+        default=180.0,
+        help="seconds one write is retried before it is reported as given up (default 180)",
+    )
+    out.add_argument(
+        "--max-seconds", type=_at_least(float), default=1800.0, help="hard bound on the burst itself (default 1800)"
+    )
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_burst)

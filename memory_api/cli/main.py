@@ -13,15 +13,15 @@ from shared.logs import configure_cli_logging, configure_logging
 
 # module name -> registers its sub-commands on the parser; modules that do not exist yet are skipped
 COMMAND_MODULES = (
-    "memory_api.cli.stack",      # up, down, status
-    "memory_api.cli.admin",      # migrate, reembed
-    "memory_api.cli.tokens",     # tokens create|list|revoke
-    "memory_api.cli.tenants",    # tenants purge
-    "memory_api.cli.serve",      # serve (the MCP front)
+    "memory_api.cli.stack",  # up, down, status
+    "memory_api.cli.admin",  # migrate, reembed
+    "memory_api.cli.tokens",  # tokens create|list|revoke
+    "memory_api.cli.tenants",  # tenants purge
+    "memory_api.cli.serve",  # serve (the MCP front)
     "memory_api.cli.deadletters",  # dead-letters list|show|redrive
     "memory_api.cli.encryption",  # encryption new-key|rotate
-    "memory_api.cli.loadtest",   # loadtest burst
-    "memory_api.cli.bench",      # bench ...
+    "memory_api.cli.loadtest",  # loadtest burst
+    "memory_api.cli.bench",  # bench ...
 )
 
 

@@ -44,10 +44,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     log.info("front processes", extra={"workers": workers, "cores": available_cores()})
     if workers > 1:
         # Several processes need an import string; each re-reads the settings, so hand them over in the env.
-        os.environ.update({"DATABASE_URL": url, "MEMORY_BUTLER_API__HOST": host,
-                           "MEMORY_BUTLER_DATA_DIR": str(settings.data_dir)})
-        uvicorn.run("memory_api.cli.serve:app_factory", factory=True, host=host, port=port, workers=workers,
-                    log_config=None, lifespan="on", access_log=False)
+        os.environ.update(
+            {"DATABASE_URL": url, "MEMORY_BUTLER_API__HOST": host, "MEMORY_BUTLER_DATA_DIR": str(settings.data_dir)}
+        )
+        uvicorn.run(
+            "memory_api.cli.serve:app_factory",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=None,
+            lifespan="on",
+            access_log=False,
+        )
         return 0
     settings = settings.model_copy(update={"api": settings.api.model_copy(update={"host": host, "port": port})})
     log.info("serving MCP", extra={"url": f"http://{host}:{port}/mcp"})
@@ -82,12 +91,20 @@ def app_factory():  # noqa: ANN201 - a Starlette app, for uvicorn --workers
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("serve", help="serve the MCP tools (HTTP at /mcp, or --stdio)", description=HELP,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve the MCP tools (HTTP at /mcp, or --stdio)",
+        description=HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_data_dir_option(parser)
     parser.add_argument("--host", help="interface to listen on (default: api.host = 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default: api.port = 8150)")
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout instead of HTTP")
-    parser.add_argument("--workers", type=int, default=0, help=(
-        "front processes (default: api.workers, or 0 = one per two available cores, docs/capacity.md)"))
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help=("front processes (default: api.workers, or 0 = one per two available cores, docs/capacity.md)"),
+    )
     parser.set_defaults(func=cmd_serve)

@@ -65,7 +65,9 @@ class StackError(RuntimeError):
 
 def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--data-dir", type=Path, default=None,
+        "--data-dir",
+        type=Path,
+        default=None,
         help="where the stack keeps its data, logs and state (default: $MEMORY_BUTLER_DATA_DIR or ~/.memory-butler)",
     )
 
@@ -131,8 +133,11 @@ def _spawn(name: str, cmd: list[str], *, env: dict[str, str], log_dir: Path) -> 
 
 def _process_record(name: str, popen: subprocess.Popen, log_dir: Path, **extra: Any) -> dict[str, Any]:
     return {
-        "name": name, "pid": popen.pid, "create_time": psutil.Process(popen.pid).create_time(),
-        "log": str(log_dir / f"{name}.log"), **extra,
+        "name": name,
+        "pid": popen.pid,
+        "create_time": psutil.Process(popen.pid).create_time(),
+        "log": str(log_dir / f"{name}.log"),
+        **extra,
     }
 
 
@@ -291,7 +296,6 @@ def hide_password(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True) if "://" in url else url
 
 
-
 # --- up -----------------------------------------------------------------------------------------
 
 WORKER_APP = "memory_workers.app:app"
@@ -323,7 +327,9 @@ def plan_parts(settings: Settings, *, host: str, port: int, flower_port: int) ->
     if _module_exists("memory_api.server") and _module_exists("memory_api.cli.serve"):
         parts["front"] = {
             "cmd": [py, "-m", "memory_api", "serve", "--host", host, "--port", str(port)],
-            "url": f"http://{host}:{port}/mcp", "port": (host, port), "metrics": f"http://{host}:{port}/metrics",
+            "url": f"http://{host}:{port}/mcp",
+            "port": (host, port),
+            "metrics": f"http://{host}:{port}/metrics",
         }
     else:
         parts["front"] = {"skipped": "not installed yet (memory_api.server / memory_api.cli.serve missing)"}
@@ -334,23 +340,47 @@ def plan_parts(settings: Settings, *, host: str, port: int, flower_port: int) ->
     celery = [py, "-m", "celery", "-A", WORKER_APP]
     queues = _worker_queues(settings.workers.shard_count)
     metrics_port = settings.workers.metrics_port or UP_WORKER_METRICS_PORT
-    parts["worker"] = {"skipped": "shared.sharding is not importable yet"} if queues is None else {
-        "cmd": [*celery, "worker", "-E", "--loglevel", "INFO", "--concurrency", "2",
-                "--queues", ",".join(queues), "--hostname", "worker1@%h"],
-        "note": f"{len(queues) - 1} shard queues + maintenance",
-        # The node serves its pool processes' metrics (shared/telemetry.py) on 127.0.0.1 only.
-        "env": {"MEMORY_BUTLER_WORKERS__METRICS_PORT": str(metrics_port),
-                "MEMORY_BUTLER_WORKERS__METRICS_HOST": "127.0.0.1"},
-        "port": ("127.0.0.1", metrics_port), "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
-    }
+    parts["worker"] = (
+        {"skipped": "shared.sharding is not importable yet"}
+        if queues is None
+        else {
+            "cmd": [
+                *celery,
+                "worker",
+                "-E",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                "--queues",
+                ",".join(queues),
+                "--hostname",
+                "worker1@%h",
+            ],
+            "note": f"{len(queues) - 1} shard queues + maintenance",
+            # The node serves its pool processes' metrics (shared/telemetry.py) on 127.0.0.1 only.
+            "env": {
+                "MEMORY_BUTLER_WORKERS__METRICS_PORT": str(metrics_port),
+                "MEMORY_BUTLER_WORKERS__METRICS_HOST": "127.0.0.1",
+            },
+            "port": ("127.0.0.1", metrics_port),
+            "metrics": f"http://127.0.0.1:{metrics_port}/metrics",
+        }
+    )
     parts["beat"] = {
         "cmd": [*celery, "beat", "--loglevel", "INFO", "-s", str(data_dir / "celerybeat-schedule")],
         "note": "runs the consolidation, decay and cleanup schedule",
     }
     parts["flower"] = {
-        "cmd": [*celery, "flower", "--address=127.0.0.1", f"--port={flower_port}",
-                f"--basic-auth={settings.flower_basic_auth}"],
-        "url": f"http://127.0.0.1:{flower_port}", "port": ("127.0.0.1", flower_port),
+        "cmd": [
+            *celery,
+            "flower",
+            "--address=127.0.0.1",
+            f"--port={flower_port}",
+            f"--basic-auth={settings.flower_basic_auth}",
+        ],
+        "url": f"http://127.0.0.1:{flower_port}",
+        "port": ("127.0.0.1", flower_port),
         "note": f"login {settings.flower_basic_auth}",
     }
     return parts
@@ -378,11 +408,17 @@ class Stack:
         self.pgdata: Path | None = None
         me = psutil.Process()
         self.record: dict[str, Any] = {
-            "version": 1, "state": "starting", "up": {"pid": me.pid, "create_time": me.create_time()},
-            "data_dir": str(self.data_dir), "log_dir": str(self.log_dir),
-            "token_file": str(self.data_dir / TOKEN_FILE), "processes": [],
-            "parts": {name: {k: v for k, v in part.items() if k in ("url", "note", "skipped", "metrics")}
-                      for name, part in parts.items()},
+            "version": 1,
+            "state": "starting",
+            "up": {"pid": me.pid, "create_time": me.create_time()},
+            "data_dir": str(self.data_dir),
+            "log_dir": str(self.log_dir),
+            "token_file": str(self.data_dir / TOKEN_FILE),
+            "processes": [],
+            "parts": {
+                name: {k: v for k, v in part.items() if k in ("url", "note", "skipped", "metrics")}
+                for name, part in parts.items()
+            },
         }
 
     def save(self) -> None:
@@ -395,8 +431,12 @@ class Stack:
         database_url = self._start_postgres()
         redis_url = self._start_redis()
         self._prepare_database(database_url)
-        env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
-               "MEMORY_BUTLER_DATA_DIR": str(self.data_dir)}
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "MEMORY_BUTLER_DATA_DIR": str(self.data_dir),
+        }
         self.env = env
         for name, part in self.parts.items():
             if stopping.is_set():
@@ -441,8 +481,19 @@ class Stack:
         else:
             url, origin = LOCAL_REDIS_URL, f"started here, data in {self.data_dir / 'redis'}"
             (self.data_dir / "redis").mkdir(parents=True, exist_ok=True)
-            cmd = [_redis_executable(), "--port", str(LOCAL_REDIS_PORT), "--bind", "127.0.0.1", "--save", "",
-                   "--appendonly", "yes", "--dir", str(self.data_dir / "redis")]
+            cmd = [
+                _redis_executable(),
+                "--port",
+                str(LOCAL_REDIS_PORT),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--dir",
+                str(self.data_dir / "redis"),
+            ]
             self.redis = _spawn("redis", cmd, env=dict(os.environ), log_dir=self.log_dir)
             self.record["redis"] = _process_record("redis", self.redis, self.log_dir, cmd=cmd)
             self.save()
@@ -473,8 +524,13 @@ class Stack:
                 if code is None or restarts.get(name, 0) > RESTART_LIMIT:
                     continue
                 restarts[name] = restarts.get(name, 0) + 1 if restart else RESTART_LIMIT + 1
-                extra = {"part": name, "pid": popen.pid, "returncode": code, "restarts": restarts[name],
-                         "log": str(self.log_dir / f"{name}.log")}
+                extra = {
+                    "part": name,
+                    "pid": popen.pid,
+                    "returncode": code,
+                    "restarts": restarts[name],
+                    "log": str(self.log_dir / f"{name}.log"),
+                }
                 if restarts[name] > RESTART_LIMIT:
                     log.error("stack part keeps exiting; left down, the others keep running", extra=extra)
                     continue
@@ -499,7 +555,7 @@ class Stack:
         stack_path(self.data_dir).unlink(missing_ok=True)
 
 
-RESTART_LIMIT = 5      # restarts per part per `up`; a part that keeps dying is left down and reported
+RESTART_LIMIT = 5  # restarts per part per `up`; a part that keeps dying is left down and reported
 RESTART_DELAY_S = 2.0  # e.g. beat exits when Redis restarts: give Redis a moment to come back
 
 
@@ -543,13 +599,21 @@ def print_summary(record: dict[str, Any]) -> None:
     """The table of what runs where, printed by `up`."""
     postgres = record["postgres"]
     rows = [
-        ("PostgreSQL", hide_password(record["database_url"]),
-         f"embedded, data in {postgres['pgdata']}" if postgres["embedded"] else "from DATABASE_URL"),
+        (
+            "PostgreSQL",
+            hide_password(record["database_url"]),
+            f"embedded, data in {postgres['pgdata']}" if postgres["embedded"] else "from DATABASE_URL",
+        ),
         ("Redis", hide_password(record["redis_url"]), record["redis"]["origin"]),
     ]
     for name, part in record["parts"].items():
-        rows.append((PART_LABELS[name], part.get("url", "-" if "skipped" not in part else "not started"),
-                     part.get("skipped") or part.get("note", "")))
+        rows.append(
+            (
+                PART_LABELS[name],
+                part.get("url", "-" if "skipped" not in part else "not started"),
+                part.get("skipped") or part.get("note", ""),
+            )
+        )
     front_url = record["parts"].get("front", {}).get("url")
     if front_url:  # the front serves the dashboard next to /mcp
         rows.append(("Dashboard", front_url.removesuffix("/mcp") + "/memory", "sign in with the dev token"))
@@ -624,12 +688,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     lock = None if args.detach else _lock_data_dir(settings.data_dir)  # held until this process exits
     record = read_stack(settings.data_dir)
     if (record and _up_process(record) is not None) or (lock is None and not args.detach):
-        print(f"memory-butler is already running for {settings.data_dir}. "
-              "See `memory-butler status`; stop it with `memory-butler down`.", file=sys.stderr)
+        print(
+            f"memory-butler is already running for {settings.data_dir}. "
+            "See `memory-butler status`; stop it with `memory-butler down`.",
+            file=sys.stderr,
+        )
         return 1
     if record:
-        log.warning("stack.json left by an `up` that is gone; stopping what it started",
-                    extra={"up_pid": record["up"]["pid"]})
+        log.warning(
+            "stack.json left by an `up` that is gone; stopping what it started", extra={"up_pid": record["up"]["pid"]}
+        )
         stop_recorded(record)
     host, port = args.host or settings.api.host, args.port or settings.api.port
     parts = plan_parts(settings, host=host, port=port, flower_port=args.flower_port or settings.flower_port)
@@ -661,7 +729,11 @@ def _probe_postgres(url: str) -> dict[str, Any]:
 
 
 def _component(name: str, entry: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "pid": entry.get("pid"), "alive": _process(entry.get("pid"), entry.get("create_time")) is not None}
+    return {
+        "name": name,
+        "pid": entry.get("pid"),
+        "alive": _process(entry.get("pid"), entry.get("create_time")) is not None,
+    }
 
 
 def status_report(settings: Settings) -> tuple[int, dict[str, Any]]:
@@ -681,31 +753,49 @@ def status_report(settings: Settings) -> tuple[int, dict[str, Any]]:
         postgres.update(url=hide_password(record["database_url"]), **_probe_postgres(record["database_url"]))
     redis_url = record.get("redis_url")
     redis = {"url": redis_url, "ping": bool(redis_url) and _redis_answers(redis_url)}
-    healthy = (record.get("state") == "running" and all(c["alive"] for c in components)
-               and postgres.get("reachable", False) and redis["ping"])
+    healthy = (
+        record.get("state") == "running"
+        and all(c["alive"] for c in components)
+        and postgres.get("reachable", False)
+        and redis["ping"]
+    )
     report = {
-        "running": True, "healthy": healthy, "state": record.get("state"), "data_dir": record["data_dir"],
-        "log_dir": record.get("log_dir"), "up_pid": record["up"]["pid"], "components": components,
-        "postgres": postgres, "redis": redis, "parts": record.get("parts", {}),
+        "running": True,
+        "healthy": healthy,
+        "state": record.get("state"),
+        "data_dir": record["data_dir"],
+        "log_dir": record.get("log_dir"),
+        "up_pid": record["up"]["pid"],
+        "components": components,
+        "postgres": postgres,
+        "redis": redis,
+        "parts": record.get("parts", {}),
     }
     return (0 if healthy else 1), report
 
 
 def _print_status(report: dict[str, Any]) -> None:
     if not report["running"]:
-        print(f"Memory Butler is not running (no {STACK_FILE} in {report['data_dir']}). Start it with `memory-butler up`.")
+        print(
+            f"Memory Butler is not running (no {STACK_FILE} in {report['data_dir']}). Start it with `memory-butler up`."
+        )
         return
     state = "healthy" if report["healthy"] else f"NOT healthy ({report['state']})"
     print(f"Memory Butler: {state}; data dir {report['data_dir']}\n")
     for comp in report["components"]:
         url = report["parts"].get(comp["name"], {}).get("url", "")
-        print(f"  {comp['name']:<9} pid {comp['pid'] or '-':<8} {'alive' if comp['alive'] else 'DEAD':<6} {url}".rstrip())
+        print(
+            f"  {comp['name']:<9} pid {comp['pid'] or '-':<8} {'alive' if comp['alive'] else 'DEAD':<6} {url}".rstrip()
+        )
     for name, part in report["parts"].items():
         if "skipped" in part:
             print(f"  {name:<9} {'':<12} {'-':<6} {part['skipped']}")
     pg = report["postgres"]
-    detail = (f"reachable, schema {pg.get('revision')}, vector {pg.get('vector')}" if pg.get("reachable")
-              else f"UNREACHABLE: {pg.get('error', 'no URL recorded')}")
+    detail = (
+        f"reachable, schema {pg.get('revision')}, vector {pg.get('vector')}"
+        if pg.get("reachable")
+        else f"UNREACHABLE: {pg.get('error', 'no URL recorded')}"
+    )
     print(f"\n  PostgreSQL {pg.get('url', '?')}  {detail}")
     print(f"  Redis      {report['redis']['url']}  {'PING ok' if report['redis']['ping'] else 'NO ANSWER'}")
 
@@ -740,22 +830,32 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     up = subparsers.add_parser(
-        "up", help="start the whole stack on this machine (start here)",
-        description=UP_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "up",
+        help="start the whole stack on this machine (start here)",
+        description=UP_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_data_dir_option(up)
     up.add_argument("--host", help="interface the MCP front listens on (default: api.host = 127.0.0.1)")
     up.add_argument("--port", type=int, help="port of the MCP front (default: api.port = 8150)")
     up.add_argument("--flower-port", type=int, help="port of Flower on 127.0.0.1 (default: flower_port = 5555)")
-    up.add_argument("--detach", action="store_true",
-                    help="run in the background: wait until everything is up, print the summary, return")
-    up.add_argument("--no-restart", dest="restart", action="store_false",
-                    help="leave a part that exits down (default: restart it, up to 5 times); for fault drills "
-                         "that restart parts themselves")
+    up.add_argument(
+        "--detach",
+        action="store_true",
+        help="run in the background: wait until everything is up, print the summary, return",
+    )
+    up.add_argument(
+        "--no-restart",
+        dest="restart",
+        action="store_false",
+        help="leave a part that exits down (default: restart it, up to 5 times); for fault drills "
+        "that restart parts themselves",
+    )
     up.set_defaults(func=cmd_up)
 
     status = subparsers.add_parser(
-        "status", help="show what the stack runs and whether it answers",
+        "status",
+        help="show what the stack runs and whether it answers",
         description="Exit 0: everything is alive and answers; 1: something is down; 3: the stack is not running.",
     )
     add_data_dir_option(status)

@@ -18,8 +18,11 @@ from shared.purge import purge_tenant
 
 def cmd_purge(args: argparse.Namespace) -> int:
     if not args.yes:
-        print(f"memory-butler tenants purge: this deletes every memory, token and audit row of tenant "
-              f"{args.tenant!r} for good; add --yes to do it", file=sys.stderr)
+        print(
+            f"memory-butler tenants purge: this deletes every memory, token and audit row of tenant "
+            f"{args.tenant!r} for good; add --yes to do it",
+            file=sys.stderr,
+        )
         return 2
     with command_transaction(settings_for(args)) as conn:
         tombstone = purge_tenant(conn, tenant_id=args.tenant, actor=f"cli:{getpass.getuser()}")
@@ -34,11 +37,16 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    tenants = subparsers.add_parser("tenants", help="erase a tenant (purge)",
-                                    description="Tenant administration: purge erases a tenant for good.")
+    tenants = subparsers.add_parser(
+        "tenants", help="erase a tenant (purge)", description="Tenant administration: purge erases a tenant for good."
+    )
     sub = tenants.add_subparsers(dest="tenants_command", metavar="ACTION", required=True)
-    purge = sub.add_parser("purge", help="delete every row of a tenant (no undo; needs --yes)",
-                           description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    purge = sub.add_parser(
+        "purge",
+        help="delete every row of a tenant (no undo; needs --yes)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     purge.add_argument("tenant", metavar="TENANT", help="the tenant id")
     purge.add_argument("--yes", action="store_true", help="really delete it (refused without)")
     purge.add_argument("--json", action="store_true", help="print the tombstone as JSON")

@@ -35,7 +35,9 @@ def cmd_create(args: argparse.Namespace) -> int:
         )
     print(f"token id  {token_id}\ntenant    {tenant_id}\nrole      {args.role}\nbutlers   {', '.join(args.butler)}")
     print(f"expires   {expires_at:%Y-%m-%d %H:%M:%S%z}" if expires_at else "expires   never (until revoked)")
-    print(f"\n{token}\n\nThis is the only time the token is shown; store it now. Send it as 'Authorization: Bearer <token>'.")
+    print(
+        f"\n{token}\n\nThis is the only time the token is shown; store it now. Send it as 'Authorization: Bearer <token>'."
+    )
     return 0
 
 
@@ -46,13 +48,16 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not tokens:
         print("no tokens")
         return 0
-    print(f"{'id':<36}  {'tenant':<16} {'name':<20} {'role':<6} {'created':<19} {'revoked':<19} {'expires':<19} "
-          "butlers")
+    print(
+        f"{'id':<36}  {'tenant':<16} {'name':<20} {'role':<6} {'created':<19} {'revoked':<19} {'expires':<19} butlers"
+    )
     for t in tokens:
         revoked = t.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if t.revoked_at else "-"
         expires = t.expires_at.strftime("%Y-%m-%d %H:%M:%S") if t.expires_at else "-"
-        print(f"{t.id!s:<36}  {t.tenant_id:<16} {t.name:<20} {t.role:<6} "
-              f"{t.created_at:%Y-%m-%d %H:%M:%S} {revoked:<19} {expires:<19} {','.join(t.butlers)}")
+        print(
+            f"{t.id!s:<36}  {t.tenant_id:<16} {t.name:<20} {t.role:<6} "
+            f"{t.created_at:%Y-%m-%d %H:%M:%S} {revoked:<19} {expires:<19} {','.join(t.butlers)}"
+        )
     return 0
 
 
@@ -69,22 +74,35 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     tokens = subparsers.add_parser(
-        "tokens", help="create, list or revoke bearer tokens",
+        "tokens",
+        help="create, list or revoke bearer tokens",
         description="Bearer tokens: each belongs to one tenant and covers some butlers ('*' = all). "
-                    "Only a hash is stored; the token itself is printed once, at creation.",
+        "Only a hash is stored; the token itself is printed once, at creation.",
     )
     sub = tokens.add_subparsers(dest="tokens_command", metavar="ACTION", required=True)
 
     create = sub.add_parser("create", help="create a token and print it (once)")
     create.add_argument("--tenant", help="tenant id, created if missing (default: the configured tenant_id)")
     create.add_argument("--name", required=True, help="what the token is for, e.g. 'health butler'")
-    create.add_argument("--butler", action="append", required=True,
-                        help="a butler the token may act as; repeat for more, or '*' for all")
-    create.add_argument("--role", choices=tenancy.ROLES, default="butler",
-                        help="butler (read/write memory), admin (also operations, its tenant's /metrics) or "
-                             "operator (every tenant's /metrics and nothing else); default butler")
-    create.add_argument("--expires-in", type=duration, metavar="DURATION",
-                        help="the token stops working after this long, e.g. 12h, 30d, 2w (default: never)")
+    create.add_argument(
+        "--butler",
+        action="append",
+        required=True,
+        help="a butler the token may act as; repeat for more, or '*' for all",
+    )
+    create.add_argument(
+        "--role",
+        choices=tenancy.ROLES,
+        default="butler",
+        help="butler (read/write memory), admin (also operations, its tenant's /metrics) or "
+        "operator (every tenant's /metrics and nothing else); default butler",
+    )
+    create.add_argument(
+        "--expires-in",
+        type=duration,
+        metavar="DURATION",
+        help="the token stops working after this long, e.g. 12h, 30d, 2w (default: never)",
+    )
     create.set_defaults(func=guarded("tokens", cmd_create))
 
     listing = sub.add_parser("list", help="list tokens (never the secrets)")

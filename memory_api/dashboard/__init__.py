@@ -23,7 +23,9 @@ PUBLIC_PATHS = frozenset({"/", "/memory", "/api/openapi.json"})
 # Security headers for the pages: scripts and styles only from this origin, no framing, no referrer leaks.
 PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
 }
 
 
@@ -50,5 +52,9 @@ def routes() -> list[BaseRoute]:
     """Every dashboard route: the API table, the OpenAPI document, the pages and /static."""
     api = [Route(a.path, a.handler, methods=[a.method], name=a.handler.__name__) for a in API]
     pages = [Route(path, _page(filename), methods=["GET"]) for path, filename in PAGES.items()]
-    return [Route("/api/openapi.json", openapi_json, methods=["GET"]), *api, *pages,
-            Mount("/static", app=StaticFiles(directory=STATIC), name="static")]
+    return [
+        Route("/api/openapi.json", openapi_json, methods=["GET"]),
+        *api,
+        *pages,
+        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+    ]

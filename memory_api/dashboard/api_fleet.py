@@ -8,7 +8,12 @@ from typing import Any
 from memory_api.dashboard.api_memory import page_body
 from memory_api.dashboard.http import ApiCall, endpoint
 from memory_api.dashboard.params import (
-    ActivityQuery, ButlerEpisodeQuery, ButlerFactQuery, ButlerRuleQuery, ScopeQuery, SearchQuery,
+    ActivityQuery,
+    ButlerEpisodeQuery,
+    ButlerFactQuery,
+    ButlerRuleQuery,
+    ScopeQuery,
+    SearchQuery,
 )
 from memory_api.tools import access
 from memory_api.tools.runtime import utcnow
@@ -41,8 +46,11 @@ async def butlers(call: ApiCall) -> dict[str, Any]:
 @endpoint(query=ScopeQuery)
 async def stats(call: ApiCall) -> dict[str, Any]:
     scope = access.stats_scope(call.principal, call.query.scope)
-    numbers = await call.read(lambda conn: memory_stats(
-        conn, tenant_id=call.tenant, scope=scope, now=utcnow(), settings=call.services.settings))
+    numbers = await call.read(
+        lambda conn: memory_stats(
+            conn, tenant_id=call.tenant, scope=scope, now=utcnow(), settings=call.services.settings
+        )
+    )
     return {"scope": scope, "stats": numbers}
 
 
@@ -50,8 +58,11 @@ async def stats(call: ApiCall) -> dict[str, Any]:
 async def health(call: ApiCall) -> dict[str, Any]:
     """memory_stats (its confidence bands are the confidence chart) plus the rule-effectiveness histogram."""
     scope = access.stats_scope(call.principal, call.query.scope)
-    numbers = await call.read(lambda conn: health_queries.health(
-        conn, tenant_id=call.tenant, scope=scope, now=utcnow(), settings=call.services.settings))
+    numbers = await call.read(
+        lambda conn: health_queries.health(
+            conn, tenant_id=call.tenant, scope=scope, now=utcnow(), settings=call.services.settings
+        )
+    )
     return {"scope": scope, "health": numbers}
 
 
@@ -60,9 +71,17 @@ async def activity(call: ApiCall) -> dict[str, Any]:
     """memory_events newest first; a butler token sees the events about its own scope (as memory_stats counts)."""
     q = call.query
     scope = access.stats_scope(call.principal, q.scope)
-    events = await call.read(lambda conn: health_queries.activity(
-        conn, tenant_id=call.tenant, before=q.before, limit=q.limit, scope=scope, entity_types=q.types,
-        event_type=q.event_type))
+    events = await call.read(
+        lambda conn: health_queries.activity(
+            conn,
+            tenant_id=call.tenant,
+            before=q.before,
+            limit=q.limit,
+            scope=scope,
+            entity_types=q.types,
+            event_type=q.event_type,
+        )
+    )
     cursor = events[-1]["id"] if len(events) == q.limit else None
     return {"scope": scope, "events": events, "count": len(events), "next_cursor": cursor}
 
@@ -76,9 +95,21 @@ async def search(call: ApiCall) -> dict[str, Any]:
     kinds = q.types or ["episode", "fact", "rule"]
     if q.permanence is not None:
         kinds = [k for k in kinds if k != "episode"]  # episodes have no permanence
-    hits: list[Hit] = await call.read(lambda _conn: reader.search(
-        tenant_id=call.tenant, visibility=visibility, query=q.q, types=kinds, mode=q.mode, limit=q.limit,
-        min_confidence=0.0)) if kinds else []
+    hits: list[Hit] = (
+        await call.read(
+            lambda _conn: reader.search(
+                tenant_id=call.tenant,
+                visibility=visibility,
+                query=q.q,
+                types=kinds,
+                mode=q.mode,
+                limit=q.limit,
+                min_confidence=0.0,
+            )
+        )
+        if kinds
+        else []
+    )
     if q.permanence is not None:
         hits = [h for h in hits if h.permanence == q.permanence]
     return {"results": [h.model_dump(mode="json") for h in hits], "count": len(hits)}
@@ -92,8 +123,14 @@ def _browser_reader(call: ApiCall) -> Reader:
         from shared.embedding import get_query_embedder, get_token_counter
 
         services = call.services
-        reader = Reader(engine=services.engine, settings=services.settings, embed=get_query_embedder().embed_one,
-                        count_tokens=get_token_counter().count_many, bumper=None, plane=services.plane)
+        reader = Reader(
+            engine=services.engine,
+            settings=services.settings,
+            embed=get_query_embedder().embed_one,
+            count_tokens=get_token_counter().count_many,
+            bumper=None,
+            plane=services.plane,
+        )
         state.dashboard_reader = reader
     return reader.after(call.read_floor)
 
@@ -111,34 +148,69 @@ def _butler(call: ApiCall) -> tuple[str, Visibility]:
 async def butler_stats(call: ApiCall) -> dict[str, Any]:
     """memory_stats narrowed to the butler (with the effectiveness histogram), as memory_stats(scope=name)."""
     name, _ = _butler(call)
-    numbers = await call.read(lambda conn: health_queries.health(
-        conn, tenant_id=call.tenant, scope=name, now=utcnow(), settings=call.services.settings))
+    numbers = await call.read(
+        lambda conn: health_queries.health(
+            conn, tenant_id=call.tenant, scope=name, now=utcnow(), settings=call.services.settings
+        )
+    )
     return {"butler": name, "scope": name, "stats": numbers}
 
 
 @endpoint(query=ButlerFactQuery)
 async def butler_facts(call: ApiCall) -> dict[str, Any]:
     (name, visibility), q = _butler(call), call.query
-    page = await call.read(lambda conn: queries.list_facts(
-        conn, tenant_id=call.tenant, visibility=visibility, now=utcnow(), limit=q.limit, offset=q.offset,
-        subject=q.subject, q=q.q, min_confidence=q.min_confidence, permanence=q.permanence,
-        source_butler=q.source_butler, validity=q.validity))
+    page = await call.read(
+        lambda conn: queries.list_facts(
+            conn,
+            tenant_id=call.tenant,
+            visibility=visibility,
+            now=utcnow(),
+            limit=q.limit,
+            offset=q.offset,
+            subject=q.subject,
+            q=q.q,
+            min_confidence=q.min_confidence,
+            permanence=q.permanence,
+            source_butler=q.source_butler,
+            validity=q.validity,
+        )
+    )
     return {"butler": name, **page_body(page, limit=q.limit, offset=q.offset)}
 
 
 @endpoint(query=ButlerRuleQuery)
 async def butler_rules(call: ApiCall) -> dict[str, Any]:
     (name, visibility), q = _butler(call), call.query
-    page = await call.read(lambda conn: queries.list_rules(
-        conn, tenant_id=call.tenant, visibility=visibility, limit=q.limit, offset=q.offset, maturity=q.maturity,
-        q=q.q, validity=q.validity))
+    page = await call.read(
+        lambda conn: queries.list_rules(
+            conn,
+            tenant_id=call.tenant,
+            visibility=visibility,
+            limit=q.limit,
+            offset=q.offset,
+            maturity=q.maturity,
+            q=q.q,
+            validity=q.validity,
+        )
+    )
     return {"butler": name, **page_body(page, limit=q.limit, offset=q.offset)}
 
 
 @endpoint(query=ButlerEpisodeQuery)
 async def butler_episodes(call: ApiCall) -> dict[str, Any]:
     (name, visibility), q = _butler(call), call.query
-    page = await call.read(lambda conn: queries.list_episodes(
-        conn, tenant_id=call.tenant, visibility=visibility, limit=q.limit, offset=q.offset, butler=name,
-        start=q.start, end=q.end, status=q.status, include_forgotten=q.include_forgotten))
+    page = await call.read(
+        lambda conn: queries.list_episodes(
+            conn,
+            tenant_id=call.tenant,
+            visibility=visibility,
+            limit=q.limit,
+            offset=q.offset,
+            butler=name,
+            start=q.start,
+            end=q.end,
+            status=q.status,
+            include_forgotten=q.include_forgotten,
+        )
+    )
     return {"butler": name, **page_body(page, limit=q.limit, offset=q.offset)}

@@ -18,15 +18,21 @@ from shared.embedding import get_query_embedder
 
 
 def page_body(page: Page, *, limit: int, offset: int) -> dict[str, Any]:
-    return {"items": page.items, "count": len(page.items), "limit": limit, "offset": offset,
-            "next_offset": page.next_offset}
+    return {
+        "items": page.items,
+        "count": len(page.items),
+        "limit": limit,
+        "offset": offset,
+        "next_offset": page.next_offset,
+    }
 
 
 def _protect(call: ApiCall) -> curation.Protect:
     """Redaction and sealing for an edit, as for every write (shared.protection)."""
     settings = call.services.settings
-    return lambda write: protection.protect(write, tenant_id=call.tenant, redaction=settings.redaction,
-                                            encryption=settings.encryption)
+    return lambda write: protection.protect(
+        write, tenant_id=call.tenant, redaction=settings.redaction, encryption=settings.encryption
+    )
 
 
 def _admin(call: ApiCall, what: str) -> writes.Visibility:
@@ -38,34 +44,64 @@ def _admin(call: ApiCall, what: str) -> writes.Visibility:
 async def list_facts(call: ApiCall) -> dict[str, Any]:
     q = call.query
     visibility = access.read_visibility(call.principal, q.scope)
-    page = await call.read(lambda conn: queries.list_facts(
-        conn, tenant_id=call.tenant, visibility=visibility, now=utcnow(), limit=q.limit, offset=q.offset,
-        subject=q.subject, q=q.q, min_confidence=q.min_confidence, permanence=q.permanence,
-        source_butler=q.source_butler, validity=q.validity))
+    page = await call.read(
+        lambda conn: queries.list_facts(
+            conn,
+            tenant_id=call.tenant,
+            visibility=visibility,
+            now=utcnow(),
+            limit=q.limit,
+            offset=q.offset,
+            subject=q.subject,
+            q=q.q,
+            min_confidence=q.min_confidence,
+            permanence=q.permanence,
+            source_butler=q.source_butler,
+            validity=q.validity,
+        )
+    )
     return page_body(page, limit=q.limit, offset=q.offset)
 
 
 @endpoint()
 async def get_fact(call: ApiCall) -> dict[str, Any]:
     fact_id, visibility = call.path_id(), access.default_visibility(call.principal)
-    return await call.read(lambda conn: details.fact_detail(
-        conn, tenant_id=call.tenant, fact_id=fact_id, visibility=visibility, now=utcnow()))
+    return await call.read(
+        lambda conn: details.fact_detail(
+            conn, tenant_id=call.tenant, fact_id=fact_id, visibility=visibility, now=utcnow()
+        )
+    )
 
 
 @endpoint(body=FactEdit)
 async def edit_fact(call: ApiCall) -> dict[str, Any]:
     fact_id, visibility = call.path_id(), _admin(call, "editing a fact")
     embedder = get_query_embedder()
-    return await call.write(lambda conn: curation.edit_fact(
-        conn, tenant_id=call.tenant, fact_id=fact_id, changes=call.body.changes(), visibility=visibility,
-        actor=call.actor(), embed=embedder.embed_one, version=embedder.version, protect=_protect(call)))
+    return await call.write(
+        lambda conn: curation.edit_fact(
+            conn,
+            tenant_id=call.tenant,
+            fact_id=fact_id,
+            changes=call.body.changes(),
+            visibility=visibility,
+            actor=call.actor(),
+            embed=embedder.embed_one,
+            version=embedder.version,
+            protect=_protect(call),
+        )
+    )
 
 
 async def _lifecycle(call: ApiCall, kind: str, action: Literal["forget", "restore", "confirm"]) -> dict[str, Any]:
     """Forget (soft delete: retracted), restore or confirm, exactly as memory_forget/restore/confirm do."""
     entity_id, visibility = call.path_id(), _admin(call, f"{action} a {kind}")
-    common = {"tenant_id": call.tenant, "kind": kind, "entity_id": entity_id, "visibility": visibility,
-              "actor": call.actor()}
+    common = {
+        "tenant_id": call.tenant,
+        "kind": kind,
+        "entity_id": entity_id,
+        "visibility": visibility,
+        "actor": call.actor(),
+    }
     if action == "forget":
         return await call.write(lambda conn: writes.forget(conn, now=utcnow(), **common))
     if action == "confirm":
@@ -92,27 +128,47 @@ async def confirm_fact(call: ApiCall) -> dict[str, Any]:
 async def list_rules(call: ApiCall) -> dict[str, Any]:
     q = call.query
     visibility = access.read_visibility(call.principal, q.scope)
-    page = await call.read(lambda conn: queries.list_rules(
-        conn, tenant_id=call.tenant, visibility=visibility, limit=q.limit, offset=q.offset, maturity=q.maturity,
-        q=q.q, validity=q.validity))
+    page = await call.read(
+        lambda conn: queries.list_rules(
+            conn,
+            tenant_id=call.tenant,
+            visibility=visibility,
+            limit=q.limit,
+            offset=q.offset,
+            maturity=q.maturity,
+            q=q.q,
+            validity=q.validity,
+        )
+    )
     return page_body(page, limit=q.limit, offset=q.offset)
 
 
 @endpoint()
 async def get_rule(call: ApiCall) -> dict[str, Any]:
     rule_id, visibility = call.path_id(), access.default_visibility(call.principal)
-    return await call.read(lambda conn: details.rule_detail(conn, tenant_id=call.tenant, rule_id=rule_id,
-                                                            visibility=visibility))
+    return await call.read(
+        lambda conn: details.rule_detail(conn, tenant_id=call.tenant, rule_id=rule_id, visibility=visibility)
+    )
 
 
 @endpoint(body=RuleEdit)
 async def edit_rule(call: ApiCall) -> dict[str, Any]:
     rule_id, visibility = call.path_id(), _admin(call, "editing a rule")
     embedder = get_query_embedder()
-    return await call.write(lambda conn: curation.edit_rule(
-        conn, tenant_id=call.tenant, rule_id=rule_id, changes=call.body.changes(), visibility=visibility,
-        actor=call.actor(), now=utcnow(), embed=embedder.embed_one, version=embedder.version,
-        protect=_protect(call)))
+    return await call.write(
+        lambda conn: curation.edit_rule(
+            conn,
+            tenant_id=call.tenant,
+            rule_id=rule_id,
+            changes=call.body.changes(),
+            visibility=visibility,
+            actor=call.actor(),
+            now=utcnow(),
+            embed=embedder.embed_one,
+            version=embedder.version,
+            protect=_protect(call),
+        )
+    )
 
 
 @endpoint()
@@ -127,9 +183,11 @@ async def restore_rule(call: ApiCall) -> dict[str, Any]:
 
 async def _move(call: ApiCall, direction: Literal["promote", "demote"]) -> dict[str, Any]:
     rule_id, visibility = call.path_id(), _admin(call, f"{direction} a rule")
-    return await call.write(lambda conn: curation.move_rule(
-        conn, tenant_id=call.tenant, rule_id=rule_id, direction=direction, visibility=visibility,
-        actor=call.actor()))
+    return await call.write(
+        lambda conn: curation.move_rule(
+            conn, tenant_id=call.tenant, rule_id=rule_id, direction=direction, visibility=visibility, actor=call.actor()
+        )
+    )
 
 
 @endpoint()
@@ -154,14 +212,28 @@ async def list_episodes(call: ApiCall) -> dict[str, Any]:
     visibility = access.default_visibility(call.principal)
     if q.butler is not None:
         access.require_butler(call.principal, q.butler)
-    page = await call.read(lambda conn: queries.list_episodes(
-        conn, tenant_id=call.tenant, visibility=visibility, limit=q.limit, offset=q.offset, butler=q.butler,
-        start=q.start, end=q.end, status=q.status, include_forgotten=q.include_forgotten))
+    page = await call.read(
+        lambda conn: queries.list_episodes(
+            conn,
+            tenant_id=call.tenant,
+            visibility=visibility,
+            limit=q.limit,
+            offset=q.offset,
+            butler=q.butler,
+            start=q.start,
+            end=q.end,
+            status=q.status,
+            include_forgotten=q.include_forgotten,
+        )
+    )
     return page_body(page, limit=q.limit, offset=q.offset)
 
 
 @endpoint()
 async def get_episode(call: ApiCall) -> dict[str, Any]:
     episode_id, visibility = call.path_id(), access.default_visibility(call.principal)
-    return await call.read(lambda conn: details.episode_detail(conn, tenant_id=call.tenant, episode_id=episode_id,
-                                                               visibility=visibility, now=utcnow()))
+    return await call.read(
+        lambda conn: details.episode_detail(
+            conn, tenant_id=call.tenant, episode_id=episode_id, visibility=visibility, now=utcnow()
+        )
+    )

@@ -38,9 +38,18 @@ READ_TIMEOUT_MS = 5_000
 READ_DEADLINE_S = 6.0
 WRITE_DEADLINE_S = 10.0
 ACTOR = "dashboard"
-STATUS = {"invalid_input": 400, "permission_denied": 403, "not_found": 404, "invalid_transition": 409,
-          "integrity_violation": 409, "pending": 409, "payload_too_large": 413, "unavailable": 503,
-          "idempotency_conflict": 409, "rate_limited": 429}
+STATUS = {
+    "invalid_input": 400,
+    "permission_denied": 403,
+    "not_found": 404,
+    "invalid_transition": 409,
+    "integrity_violation": 409,
+    "pending": 409,
+    "payload_too_large": 413,
+    "unavailable": 503,
+    "idempotency_conflict": 409,
+    "rate_limited": 429,
+}
 
 
 class PayloadTooLarge(InvalidInput):
@@ -103,7 +112,9 @@ def _token_key(principal: Principal) -> str | None:
 
 def error_response(error: ButlerError, request_id: str | None, status: int | None = None) -> JSONResponse:
     """The classified error as JSON: {error, message, field?, retryable, request_id}."""
-    return JSONResponse({**error.to_dict(), "request_id": request_id}, status_code=status or STATUS.get(error.code, 500))
+    return JSONResponse(
+        {**error.to_dict(), "request_id": request_id}, status_code=status or STATUS.get(error.code, 500)
+    )
 
 
 def json_response(body: Any, *, status: int = 200, request_id: str | None = None) -> JSONResponse:
@@ -145,8 +156,9 @@ def _request_id(request: Request) -> str:
     return given if 0 < len(given) <= 200 else f"dash-{uuid.uuid4().hex[:16]}"
 
 
-def endpoint(*, query: type[BaseModel] | None = None, body: type[BaseModel] | None = None,
-             status: int = 200) -> Callable[[Callable[[ApiCall], Awaitable[Any]]], Callable[[Request], Awaitable[Response]]]:
+def endpoint(
+    *, query: type[BaseModel] | None = None, body: type[BaseModel] | None = None, status: int = 200
+) -> Callable[[Callable[[ApiCall], Awaitable[Any]]], Callable[[Request], Awaitable[Response]]]:
     """Wrap a route: principal, parsed input, one log line, classified errors as JSON (never a stack trace)."""
 
     def wrap(fn: Callable[[ApiCall], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
@@ -158,8 +170,9 @@ def endpoint(*, query: type[BaseModel] | None = None, body: type[BaseModel] | No
                 principal = request.scope.get(PRINCIPAL_SCOPE_KEY)
                 if principal is None:
                     raise PermissionDenied("the request carries no authenticated principal")
-                call = ApiCall(request=request, principal=principal, services=request.app.state.services,
-                               request_id=request_id)
+                call = ApiCall(
+                    request=request, principal=principal, services=request.app.state.services, request_id=request_id
+                )
                 call.query = _parse_query(request, query) if query else _parse_query(request, _NoQuery)
                 call.body = await _parse_body(request, body) if body else None
                 return json_response(await fn(call), status=status, request_id=request_id)
@@ -171,8 +184,15 @@ def endpoint(*, query: type[BaseModel] | None = None, body: type[BaseModel] | No
                 outcome = error.code
                 return error_response(error, request_id)
             finally:
-                log.info("dashboard call", extra={"route": fn.__name__, "request_id": request_id, "outcome": outcome,
-                                                  "duration_ms": round((time.perf_counter() - started) * 1000, 2)})
+                log.info(
+                    "dashboard call",
+                    extra={
+                        "route": fn.__name__,
+                        "request_id": request_id,
+                        "outcome": outcome,
+                        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                    },
+                )
 
         route.query_model, route.body_model, route.status = query, body, status  # type: ignore[attr-defined]
         return route

@@ -12,10 +12,10 @@ from memory_api.tools.params import MAX_QUERY, Content, Importance, Mode, Perman
 from shared.lifecycle import EPISODE_STATES, FACT_STATES, LEGACY_VALIDITY, RULE_MATURITIES
 from shared.schemas import NAME_PATTERN
 
-MAX_PAGE = 200          # the hard cap on any list page
+MAX_PAGE = 200  # the hard cap on any list page
 DEFAULT_PAGE = 50
-MAX_OFFSET = 100_000    # deeper pages cost a scan of every row before them: filter instead
-MAX_BODY = 64 * 1024    # an edit is one memory (content <= 20,000 characters, up to 3 bytes each in UTF-8)
+MAX_OFFSET = 100_000  # deeper pages cost a scan of every row before them: filter instead
+MAX_BODY = 64 * 1024  # an edit is one memory (content <= 20,000 characters, up to 3 bytes each in UTF-8)
 RULE_VALIDITIES = ("active", "fading", "expired", "retracted")
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="A butler name.")]
@@ -89,8 +89,13 @@ class ButlerEpisodeQuery(Paging):
 
     @model_validator(mode="after")
     def _window(self) -> ButlerEpisodeQuery:
-        if self.start and self.end and self.start.tzinfo is not None and self.end.tzinfo is not None \
-                and self.end <= self.start:
+        if (
+            self.start
+            and self.end
+            and self.start.tzinfo is not None
+            and self.end.tzinfo is not None
+            and self.end <= self.start
+        ):
             raise ValueError("'to' must be later than 'from'")
         return self
 

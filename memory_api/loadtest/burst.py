@@ -36,7 +36,7 @@ class SetupError(RuntimeError):
 @dataclass
 class BurstConfig:
     url: str | None = None
-    tokens: dict[str, str] = field(default_factory=dict)   # tenant -> token, for deployments we do not own
+    tokens: dict[str, str] = field(default_factory=dict)  # tenant -> token, for deployments we do not own
     database_url: str | None = None
     data_dir: Path | None = None
     episodes: int = 1000
@@ -59,7 +59,7 @@ class BurstConfig:
     create_tenants: bool | None = None
     seed: int = 1
     quiet: bool = False
-    keep_stack: bool = False   # a drill's stack data dir (logs) is kept for a post-mortem
+    keep_stack: bool = False  # a drill's stack data dir (logs) is kept for a post-mortem
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Target:
 
     url: str
     database_url: str | None
-    pids: dict[str, int] = field(default_factory=dict)   # part -> pid, for CPU accounting
+    pids: dict[str, int] = field(default_factory=dict)  # part -> pid, for CPU accounting
 
 
 def resolve_target(config: BurstConfig, stack: LocalStack | None = None) -> Target:
@@ -98,8 +98,9 @@ def make_tenants(engine: Engine, tenants: list[generator.TenantPlan], run_id: st
     with unit_of_work(engine) as conn:
         for tenant in tenants:
             ensure_tenant(conn, tenant_id=tenant.tenant_id)
-            _, tokens[tenant.tenant_id] = create_token(conn, tenant_id=tenant.tenant_id, name=f"loadtest-{run_id}",
-                                                       butlers=list(tenant.butlers), role="butler")
+            _, tokens[tenant.tenant_id] = create_token(
+                conn, tenant_id=tenant.tenant_id, name=f"loadtest-{run_id}", butlers=list(tenant.butlers), role="butler"
+            )
     return tokens
 
 
@@ -115,8 +116,11 @@ async def preflight(url: str, tokens: dict[str, str]) -> None:
 
 def _queries(seed: int) -> list[str]:
     rng = random.Random(seed)
-    return [f"What should I know about {generator.episode_text(rng, butler).split('.')[0].lower()}?"
-            for butler in generator.BUTLER_NAMES for _ in range(8)]
+    return [
+        f"What should I know about {generator.episode_text(rng, butler).split('.')[0].lower()}?"
+        for butler in generator.BUTLER_NAMES
+        for _ in range(8)
+    ]
 
 
 async def burst(config: BurstConfig, *, stack: LocalStack | None = None, console: Console | None = None) -> dict:
@@ -126,15 +130,27 @@ async def burst(config: BurstConfig, *, stack: LocalStack | None = None, console
     url, run_id = target.url, generator.new_run_id()
     engine = db.make_engine(target.database_url, pool_size=2) if target.database_url else None
     try:
-        tenants = generator.plan_tenants(run_id, count=len(config.tokens) or config.tenants, butlers=config.butlers,
-                                         tenant_ids=list(config.tokens) or None)
+        tenants = generator.plan_tenants(
+            run_id,
+            count=len(config.tokens) or config.tenants,
+            butlers=config.butlers,
+            tenant_ids=list(config.tokens) or None,
+        )
         create = config.create_tenants if config.create_tenants is not None else not config.tokens
         if create and engine is None:
             raise SetupError("creating tenants needs --database-url (or pass --token TENANT=TOKEN pairs)")
         tokens = await asyncio.to_thread(make_tenants, engine, tenants, run_id) if create else dict(config.tokens)
         await preflight(url, tokens)
-        return await _run(config, target=target, engine=engine, run_id=run_id, tenants=tenants, tokens=tokens,
-                          stack=stack, console=console)
+        return await _run(
+            config,
+            target=target,
+            engine=engine,
+            run_id=run_id,
+            tenants=tenants,
+            tokens=tokens,
+            stack=stack,
+            console=console,
+        )
     finally:
         if engine is not None:
             engine.dispose()
@@ -149,25 +165,51 @@ class _Signals:
     sampler_stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def _clients(config: BurstConfig, url: str, run_id: str, tenants: list[generator.TenantPlan], tokens: dict[str, str],
-             recorder: Recorder, stop: asyncio.Event) -> tuple[list[Writer], list[Reader]]:
+def _clients(
+    config: BurstConfig,
+    url: str,
+    run_id: str,
+    tenants: list[generator.TenantPlan],
+    tokens: dict[str, str],
+    recorder: Recorder,
+    stop: asyncio.Event,
+) -> tuple[list[Writer], list[Reader]]:
     """One writer per client (dealt to tenants round-robin) and the readers, all sharing the recorder."""
-    client_config = ClientConfig(url=url, give_up_s=config.give_up_s, replay=config.replay or config.chaos == "replay",
-                                 batch=config.batch)
+    client_config = ClientConfig(
+        url=url, give_up_s=config.give_up_s, replay=config.replay or config.chaos == "replay", batch=config.batch
+    )
     pacer, writers = Pacer(config.rate), []
     for client, count in enumerate(generator.split_evenly(config.episodes, config.clients)):
         tenant = generator.client_tenant(client, tenants)
         plan = generator.client_episodes(run_id, client=client, count=count, tenant=tenant, seed=config.seed)
         writers.append(Writer(client_config, tokens[tenant.tenant_id], plan, recorder, pacer, stop))
-    readers = [Reader(url, tokens[tenants[i % len(tenants)].tenant_id], READ_TOOLS[config.read_tool],
-                      tenants[i % len(tenants)].butlers, _queries(config.seed + i), recorder,
-                      Pacer(config.read_rate / config.readers), stop) for i in range(config.readers)]
+    readers = [
+        Reader(
+            url,
+            tokens[tenants[i % len(tenants)].tenant_id],
+            READ_TOOLS[config.read_tool],
+            tenants[i % len(tenants)].butlers,
+            _queries(config.seed + i),
+            recorder,
+            Pacer(config.read_rate / config.readers),
+            stop,
+        )
+        for i in range(config.readers)
+    ]
     return writers, readers
 
 
-async def _run(config: BurstConfig, *, target: Target, engine: Engine | None, run_id: str,
-               tenants: list[generator.TenantPlan], tokens: dict[str, str], stack: LocalStack | None,
-               console: Console) -> dict:
+async def _run(
+    config: BurstConfig,
+    *,
+    target: Target,
+    engine: Engine | None,
+    run_id: str,
+    tenants: list[generator.TenantPlan],
+    tokens: dict[str, str],
+    stack: LocalStack | None,
+    console: Console,
+) -> dict:
     tenant_ids = [t.tenant_id for t in tenants]
     baseline = await asyncio.to_thread(_stored, engine, tenant_ids) if engine is not None else 0
     recorder, signals = Recorder(), _Signals()
@@ -178,10 +220,18 @@ async def _run(config: BurstConfig, *, target: Target, engine: Engine | None, ru
     cpu_before = await asyncio.to_thread(cpu_seconds, pids)
     with report.live(console, quiet=config.quiet) as live:
         live.phase("burst", config.episodes)
-        sampler = asyncio.create_task(run_sampler(recorder, engine, tenant_ids, baseline=baseline,
-                                                  stop=signals.sampler_stop))
-        drill_task = asyncio.create_task(drill.run(recorder, target=config.episodes, done=signals.writers_done,
-                                                   drained=signals.drained, keys=keys)) if drill else None
+        sampler = asyncio.create_task(
+            run_sampler(recorder, engine, tenant_ids, baseline=baseline, stop=signals.sampler_stop)
+        )
+        drill_task = (
+            asyncio.create_task(
+                drill.run(
+                    recorder, target=config.episodes, done=signals.writers_done, drained=signals.drained, keys=keys
+                )
+            )
+            if drill
+            else None
+        )
         side = [asyncio.create_task(r.run()) for r in readers] + [asyncio.create_task(_tick(live, recorder, signals))]
         try:
             await asyncio.wait_for(asyncio.gather(*(w.run() for w in writers)), config.max_seconds)
@@ -190,8 +240,9 @@ async def _run(config: BurstConfig, *, target: Target, engine: Engine | None, ru
         recorder.burst_ended = recorder.now()
         signals.writers_done.set()
         burst_s = recorder.burst_ended - min((a.first_sent_at for a in recorder.accepts), default=0.0)
-        cpu = cpu_used(cpu_before, await asyncio.to_thread(cpu_seconds, pids), episodes=len(recorder.accepts),
-                       seconds=burst_s)
+        cpu = cpu_used(
+            cpu_before, await asyncio.to_thread(cpu_seconds, pids), episodes=len(recorder.accepts), seconds=burst_s
+        )
         await asyncio.gather(*side)
         if drill_task and config.chaos != "replay":  # what a drill broke is restored before the drain counts
             await drill_task
@@ -200,19 +251,48 @@ async def _run(config: BurstConfig, *, target: Target, engine: Engine | None, ru
         signals.drained.set()
         signals.sampler_stop.set()
         await asyncio.gather(sampler, *([drill_task] if drill_task else []))
-    figures = report.figures(config, recorder, url=target.url, run_id=run_id, tenants=tenants, drained=drained,
-                             drained_at=drained_at, cpu=cpu, has_drill=drill is not None)
-    await _verify(figures, recorder, engine=engine, tenants=tenants, tokens=tokens, url=target.url, stack=stack,
-                  run_id=run_id, chaos=config.chaos if drill else None)
+    figures = report.figures(
+        config,
+        recorder,
+        url=target.url,
+        run_id=run_id,
+        tenants=tenants,
+        drained=drained,
+        drained_at=drained_at,
+        cpu=cpu,
+        has_drill=drill is not None,
+    )
+    await _verify(
+        figures,
+        recorder,
+        engine=engine,
+        tenants=tenants,
+        tokens=tokens,
+        url=target.url,
+        stack=stack,
+        run_id=run_id,
+        chaos=config.chaos if drill else None,
+    )
     return report.write(config.out_dir, figures, recorder, console)
 
 
-async def _verify(figures: dict, recorder: Recorder, *, engine: Engine | None, tenants: list[generator.TenantPlan],
-                  tokens: dict[str, str], url: str, stack: LocalStack | None, run_id: str, chaos: str | None) -> None:
+async def _verify(
+    figures: dict,
+    recorder: Recorder,
+    *,
+    engine: Engine | None,
+    tenants: list[generator.TenantPlan],
+    tokens: dict[str, str],
+    url: str,
+    stack: LocalStack | None,
+    run_id: str,
+    chaos: str | None,
+) -> None:
     """The database checks, the isolation probe, the drill's own checks; every broken promise in ``failures``."""
     if engine is not None:
         figures["database"] = await asyncio.to_thread(
-            verify.check_database, engine, accepts=recorder.accepts, tenants=tenants, run_tag=f"lt{run_id}t")
+            verify.check_database, engine, accepts=recorder.accepts, tenants=tenants, run_tag=f"lt{run_id}t"
+        )
     figures["isolation"] = await verify.probe_isolation(url, tenants, tokens) if len(tenants) > 1 else None
     figures["dead_parts"] = await asyncio.to_thread(stack.dead_parts) if stack else []
     figures["failures"] = verify.verdict(figures)
@@ -237,15 +317,18 @@ def _drain(engine: Engine, tenant_ids: list[str], timeout_s: float, live: report
             return
         left = state["pending_intents"] + state["due"]
         seen["max"] = max(seen["max"], left)
-        live.update(seen["max"] - left, f"{state['pending_intents']} intents, {state['due']} episodes due",
-                    total=seen["max"])
+        live.update(
+            seen["max"] - left, f"{state['pending_intents']} intents, {state['due']} episodes due", total=seen["max"]
+        )
 
     return verify.wait_for_drain(engine, tenant_ids, timeout_s=timeout_s, on_poll=on_poll)
 
 
 def _stored(engine: Engine, tenant_ids: list[str]) -> int:
     with engine.connect() as conn:
-        return conn.execute(text("SELECT count(*) FROM episodes WHERE tenant_id = ANY(:t)"), {"t": tenant_ids}).scalar_one()
+        return conn.execute(
+            text("SELECT count(*) FROM episodes WHERE tenant_id = ANY(:t)"), {"t": tenant_ids}
+        ).scalar_one()
 
 
 def run(config: BurstConfig) -> int:

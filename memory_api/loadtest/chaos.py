@@ -38,8 +38,15 @@ class Drill:
     outage_s: float = 5.0
     at_fraction: float = 0.3
 
-    async def run(self, recorder: Recorder, *, target: int, done: asyncio.Event, drained: asyncio.Event,
-                  keys: list[tuple[str, str]]) -> None:
+    async def run(
+        self,
+        recorder: Recorder,
+        *,
+        target: int,
+        done: asyncio.Event,
+        drained: asyncio.Event,
+        keys: list[tuple[str, str]],
+    ) -> None:
         """``done``: the burst ended (a fault not injected by then is skipped); ``drained``: the backlog did."""
         if self.name == "replay":
             await self._duplicate_wakeups(recorder, keys, drained)
@@ -72,16 +79,25 @@ class Drill:
 
     def _break(self) -> None:
         # Looked up lazily: a fleet (tests/e2e/fleet.py) has kill_host but no stop_redis, LocalStack the reverse.
-        {"kill-worker": lambda: self.stack.kill("worker"), "front": lambda: self.stack.kill("front"),
-         "redis": lambda: self.stack.stop_redis(), "postgres": lambda: self.stack.stop_postgres(),
-         "kill-host": lambda: self.stack.kill_host(),
-         "partition-host": lambda: self.stack.kill_host(partition=True)}[self.name]()
+        {
+            "kill-worker": lambda: self.stack.kill("worker"),
+            "front": lambda: self.stack.kill("front"),
+            "redis": lambda: self.stack.stop_redis(),
+            "postgres": lambda: self.stack.stop_postgres(),
+            "kill-host": lambda: self.stack.kill_host(),
+            "partition-host": lambda: self.stack.kill_host(partition=True),
+        }[self.name]()
 
     def _restore(self) -> None:
         # A killed or cut-off host stays down: the other hosts own its keys now.
-        {"kill-worker": lambda: self.stack.restart("worker"), "front": lambda: self.stack.restart("front"),
-         "redis": lambda: self.stack.start_redis(), "postgres": lambda: self.stack.start_postgres(),
-         "kill-host": lambda: None, "partition-host": lambda: None}[self.name]()
+        {
+            "kill-worker": lambda: self.stack.restart("worker"),
+            "front": lambda: self.stack.restart("front"),
+            "redis": lambda: self.stack.start_redis(),
+            "postgres": lambda: self.stack.start_postgres(),
+            "kill-host": lambda: None,
+            "partition-host": lambda: None,
+        }[self.name]()
 
     async def _duplicate_wakeups(self, recorder: Recorder, keys: list[tuple[str, str]], done: asyncio.Event) -> None:
         """Duplicate broker deliveries: every key is woken (apply and consolidate) again and again."""

@@ -28,19 +28,26 @@ from memory_api.loadtest.generator import Episode
 from memory_api.loadtest.metrics import Accept, Recorder
 
 # Anything the network, the HTTP layer or the MCP session raises when the front is gone or slow.
-TRANSPORT_ERRORS = (httpx2.HTTPError, MCPError, OSError, TimeoutError, anyio.BrokenResourceError,
-                    anyio.ClosedResourceError, anyio.EndOfStream)
+TRANSPORT_ERRORS = (
+    httpx2.HTTPError,
+    MCPError,
+    OSError,
+    TimeoutError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
 BACKOFF_START_S = 0.05
 
 
 @dataclass(frozen=True)
 class ClientConfig:
     url: str
-    call_timeout_s: float = 30.0   # one call; then it counts as a transport failure and is retried
-    give_up_s: float = 180.0       # one write; then it is reported as given up (never silently dropped)
+    call_timeout_s: float = 30.0  # one call; then it counts as a transport failure and is retried
+    give_up_s: float = 180.0  # one write; then it is reported as given up (never silently dropped)
     backoff_max_s: float = 2.0
-    replay: bool = False           # send every write twice with the same idempotency key
-    batch: int = 0                 # 0: memory_store_episode; K: memory_ingest_batch of up to K
+    replay: bool = False  # send every write twice with the same idempotency key
+    batch: int = 0  # 0: memory_store_episode; K: memory_ingest_batch of up to K
 
 
 class ToolFailed(Exception):
@@ -104,7 +111,7 @@ class _Pending:
     first_sent_at: float | None = None
     attempts: int = 0
     backoff: float = BACKOFF_START_S
-    accepted: list[Accept] | None = None   # set once accepted; replay mode then sends it again
+    accepted: list[Accept] | None = None  # set once accepted; replay mode then sends it again
 
     def next_backoff(self, cap: float) -> float:
         delay = self.backoff * (0.5 + random.random())
@@ -126,7 +133,7 @@ class Writer:
 
     def __post_init__(self) -> None:
         size = max(1, self.config.batch)
-        self.queue = deque(_Pending(self.episodes[i:i + size]) for i in range(0, len(self.episodes), size))
+        self.queue = deque(_Pending(self.episodes[i : i + size]) for i in range(0, len(self.episodes), size))
 
     async def run(self) -> None:
         counts = self.recorder.counts
@@ -192,8 +199,11 @@ class Writer:
 
     def _call(self, episodes: Sequence[Episode]) -> tuple[str, dict[str, Any]]:
         if self.config.batch:
-            return "memory_ingest_batch", {"episodes": [
-                {"content": e.content, "butler": e.butler, "idempotency_key": e.idempotency_key} for e in episodes]}
+            return "memory_ingest_batch", {
+                "episodes": [
+                    {"content": e.content, "butler": e.butler, "idempotency_key": e.idempotency_key} for e in episodes
+                ]
+            }
         (e,) = episodes
         return "memory_store_episode", {"content": e.content, "butler": e.butler, "idempotency_key": e.idempotency_key}
 
@@ -205,10 +215,23 @@ class Writer:
         items = self._items(body)
         latency = (done - started) * 1000
         self.recorder.calls.append((done, latency, len(items)))
-        accepts = [Accept(e.tenant_id, e.butler, e.client, e.position, str(item["id"]), e.idempotency_key,
-                          head.first_sent_at or started, done, latency, (done - (head.first_sent_at or started)) * 1000,
-                          head.attempts, bool(item.get("replayed")))
-                   for e, item in zip(head.episodes, items, strict=True)]
+        accepts = [
+            Accept(
+                e.tenant_id,
+                e.butler,
+                e.client,
+                e.position,
+                str(item["id"]),
+                e.idempotency_key,
+                head.first_sent_at or started,
+                done,
+                latency,
+                (done - (head.first_sent_at or started)) * 1000,
+                head.attempts,
+                bool(item.get("replayed")),
+            )
+            for e, item in zip(head.episodes, items, strict=True)
+        ]
         self.recorder.accepts.extend(accepts)
         self.recorder.counts["replayed_on_retry"] += sum(a.replayed for a in accepts)
         return accepts
@@ -217,7 +240,8 @@ class Writer:
         items = self._items(body)
         first = head.accepted or []
         same = len(items) == len(first) and all(
-            str(i["id"]) == a.id and i.get("replayed") for i, a in zip(items, first, strict=False))
+            str(i["id"]) == a.id and i.get("replayed") for i, a in zip(items, first, strict=False)
+        )
         self.recorder.counts["replays_ok" if same else "replay_mismatch"] += len(first)
 
 
@@ -266,13 +290,17 @@ class Reader:
 
     async def _read(self, session: ClientSession, rng: random.Random) -> None:
         query, butler = rng.choice(self.queries), rng.choice(self.butlers)
-        args = ({"trigger_prompt": query, "butler": butler} if self.tool == "memory_context"
-                else {"query": query, "limit": 10})
+        args = (
+            {"trigger_prompt": query, "butler": butler}
+            if self.tool == "memory_context"
+            else {"query": query, "limit": 10}
+        )
         started = time.monotonic()
         try:
             body = await call_tool(session, self.tool, args, timeout_s=self.timeout_s)
         except ToolFailed as exc:
             self.recorder.counts[f"read_error_{exc.code}"] += 1
             return
-        self.recorder.reads.append((self.recorder.now(), (time.monotonic() - started) * 1000,
-                                    bool(body.get("degraded"))))
+        self.recorder.reads.append(
+            (self.recorder.now(), (time.monotonic() - started) * 1000, bool(body.get("degraded")))
+        )

@@ -18,31 +18,102 @@ BUTLER_NAMES = ("health", "travel", "finance", "home", "work", "family", "garden
 PEOPLE = ("Anna", "Ben", "Chloe", "David", "Elena", "Farid", "Grace", "Hugo", "Iris", "Jonas", "Keiko", "Liam")
 CITIES = ("Lisbon", "Berlin", "Osaka", "Toronto", "Lyon", "Porto", "Oslo", "Austin", "Kyoto", "Dublin", "Quito")
 TOPICS = {
-    "health": ("the dentist appointment", "a morning run", "blood pressure readings", "the new vitamin routine",
-               "sleep quality", "knee physiotherapy", "the allergy medication", "a yoga class"),
-    "travel": ("the flight to {city}", "a hotel near the station in {city}", "the train pass", "a rental car",
-               "the visa paperwork", "a weekend in {city}", "the museum tickets", "travel insurance"),
-    "finance": ("the monthly budget", "the electricity bill", "a savings goal", "the tax return",
-                "the mortgage rate", "a refund from the airline", "quarterly invoices", "the pension plan"),
-    "home": ("the leaking kitchen tap", "a new sofa", "the heating schedule", "recycling day",
-             "the window cleaner", "paint for the hallway", "the smoke alarm battery", "a shelf in the study"),
-    "work": ("the quarterly review", "a slide deck for {person}", "the release checklist", "a hiring interview",
-             "the team offsite", "the on-call rota", "a contract renewal", "the roadmap meeting"),
-    "family": ("{person}'s birthday dinner", "the school play", "a visit to grandma", "the summer camp form",
-               "piano lessons", "the family photo album", "a babysitter for Friday", "the dog's vet visit"),
+    "health": (
+        "the dentist appointment",
+        "a morning run",
+        "blood pressure readings",
+        "the new vitamin routine",
+        "sleep quality",
+        "knee physiotherapy",
+        "the allergy medication",
+        "a yoga class",
+    ),
+    "travel": (
+        "the flight to {city}",
+        "a hotel near the station in {city}",
+        "the train pass",
+        "a rental car",
+        "the visa paperwork",
+        "a weekend in {city}",
+        "the museum tickets",
+        "travel insurance",
+    ),
+    "finance": (
+        "the monthly budget",
+        "the electricity bill",
+        "a savings goal",
+        "the tax return",
+        "the mortgage rate",
+        "a refund from the airline",
+        "quarterly invoices",
+        "the pension plan",
+    ),
+    "home": (
+        "the leaking kitchen tap",
+        "a new sofa",
+        "the heating schedule",
+        "recycling day",
+        "the window cleaner",
+        "paint for the hallway",
+        "the smoke alarm battery",
+        "a shelf in the study",
+    ),
+    "work": (
+        "the quarterly review",
+        "a slide deck for {person}",
+        "the release checklist",
+        "a hiring interview",
+        "the team offsite",
+        "the on-call rota",
+        "a contract renewal",
+        "the roadmap meeting",
+    ),
+    "family": (
+        "{person}'s birthday dinner",
+        "the school play",
+        "a visit to grandma",
+        "the summer camp form",
+        "piano lessons",
+        "the family photo album",
+        "a babysitter for Friday",
+        "the dog's vet visit",
+    ),
 }
-OPENERS = ("User asked about {topic}", "We went over {topic}", "User wanted a reminder about {topic}",
-           "Talked through {topic} with the user", "User mentioned {topic} again", "Reviewed {topic} together",
-           "User was unsure about {topic}", "Followed up on {topic}")
-DETAILS = ("It should happen before {day}.", "The user seemed relieved afterwards.", "{person} will help with it.",
-           "Nothing was decided yet.", "The user wants a summary by {day}.", "It took about {n} minutes.",
-           "The user asked to keep it short next time.", "A second option costs about {n} euros.")
+OPENERS = (
+    "User asked about {topic}",
+    "We went over {topic}",
+    "User wanted a reminder about {topic}",
+    "Talked through {topic} with the user",
+    "User mentioned {topic} again",
+    "Reviewed {topic} together",
+    "User was unsure about {topic}",
+    "Followed up on {topic}",
+)
+DETAILS = (
+    "It should happen before {day}.",
+    "The user seemed relieved afterwards.",
+    "{person} will help with it.",
+    "Nothing was decided yet.",
+    "The user wants a summary by {day}.",
+    "It took about {n} minutes.",
+    "The user asked to keep it short next time.",
+    "A second option costs about {n} euros.",
+)
 # Phrased like the heuristic extractor's sentence shapes (facts and rules), so consolidation extracts something.
-EXTRACTABLE = ("I live in {city}.", "My name is {person}.", "I am allergic to {food}.", "I really like {food}.",
-               "My sister is {person}.", "I work at {company}.", "I am planning to visit {city} next month.",
-               "Always confirm the {thing} before paying.", "Never book {thing} without asking first.",
-               "User said to always reply in short bullet points.", "I had {food} for lunch.",
-               "My favorite city is {city}.")
+EXTRACTABLE = (
+    "I live in {city}.",
+    "My name is {person}.",
+    "I am allergic to {food}.",
+    "I really like {food}.",
+    "My sister is {person}.",
+    "I work at {company}.",
+    "I am planning to visit {city} next month.",
+    "Always confirm the {thing} before paying.",
+    "Never book {thing} without asking first.",
+    "User said to always reply in short bullet points.",
+    "I had {food} for lunch.",
+    "My favorite city is {city}.",
+)
 FOODS = ("peanuts", "shellfish", "sushi", "lentil soup", "dark chocolate", "ramen", "kiwi", "oat milk")
 COMPANIES = ("Acme Labs", "Northwind", "Globex", "Initech", "Umbrella Studio", "Vandelay Imports")
 THINGS = ("hotel", "flight", "restaurant", "taxi", "repair", "delivery")
@@ -106,8 +177,9 @@ def client_episodes(run_id: str, *, client: int, count: int, tenant: TenantPlan,
         butler = tenant.butlers[(position + client) % len(tenant.butlers)]
         text = episode_text(rng, butler)
         content = f"{text} (ref {tenant.marker} c{client:03d}-{position:05d})"
-        out.append(Episode(tenant.tenant_id, butler, client, position, content,
-                           f"lt-{run_id}-c{client:03d}-{position:05d}"))
+        out.append(
+            Episode(tenant.tenant_id, butler, client, position, content, f"lt-{run_id}-c{client:03d}-{position:05d}")
+        )
     return out
 
 
@@ -120,9 +192,15 @@ def split_evenly(total: int, parts: int) -> list[int]:
 def episode_text(rng: random.Random, butler: str) -> str:
     """One to three sentences about something a butler of this kind would hear in a session."""
     topics = TOPICS.get(butler) or TOPICS[rng.choice(sorted(TOPICS))]
-    fill = {"city": rng.choice(CITIES), "person": rng.choice(PEOPLE), "food": rng.choice(FOODS),
-            "company": rng.choice(COMPANIES), "thing": rng.choice(THINGS), "day": rng.choice(DAYS),
-            "n": rng.randint(5, 180)}
+    fill = {
+        "city": rng.choice(CITIES),
+        "person": rng.choice(PEOPLE),
+        "food": rng.choice(FOODS),
+        "company": rng.choice(COMPANIES),
+        "thing": rng.choice(THINGS),
+        "day": rng.choice(DAYS),
+        "n": rng.randint(5, 180),
+    }
     topic = rng.choice(topics).format(**fill)
     parts = [rng.choice(OPENERS).format(topic=topic) + "."]
     if rng.random() < 0.6:

@@ -28,7 +28,7 @@ import psutil
 
 from memory_api.cli import stack as stack_cli
 
-START_DEADLINE_S = 240     # `up` on a fresh data dir: initdb, migrations, then the front loads its model
+START_DEADLINE_S = 240  # `up` on a fresh data dir: initdb, migrations, then the front loads its model
 FRONT_READY_S = 180
 STOP_GRACE_S = 10
 
@@ -68,7 +68,7 @@ class Part:
     pid: int
     cmd: list[str]
     env: dict[str, str]
-    popen: subprocess.Popen | None = None   # set when this class started it
+    popen: subprocess.Popen | None = None  # set when this class started it
 
 
 @dataclass
@@ -89,14 +89,28 @@ class LocalStack:
         self._start_redis()
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "MEMORY_BUTLER_DATA_DIR")}
         env["REDIS_URL"] = self.redis_url
-        cmd = [sys.executable, "-m", "memory_api", "up", "--data-dir", str(self.data_dir), "--detach", "--no-restart",
-               "--port", str(free_port()), "--flower-port", str(free_port())]
+        cmd = [
+            sys.executable,
+            "-m",
+            "memory_api",
+            "up",
+            "--data-dir",
+            str(self.data_dir),
+            "--detach",
+            "--no-restart",
+            "--port",
+            str(free_port()),
+            "--flower-port",
+            str(free_port()),
+        ]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=START_DEADLINE_S + 30)
         if done.returncode != 0:
             raise RuntimeError(f"`memory-butler up` failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
         self.record = stack_cli.read_stack(self.data_dir) or {}
         for proc in self.record.get("processes", []):
-            self.parts[proc["name"]] = Part(proc["name"], proc["pid"], proc["cmd"], psutil.Process(proc["pid"]).environ())
+            self.parts[proc["name"]] = Part(
+                proc["name"], proc["pid"], proc["cmd"], psutil.Process(proc["pid"]).environ()
+            )
         self.wait_front()
         return self
 
@@ -125,7 +139,11 @@ class LocalStack:
         """The pid of every part now (replacements included) and of the embedded PostgreSQL."""
         pids = {name: part.pid for name, part in self.parts.items()}
         postgres = stack_cli.postmaster_pid(self.pgdata)
-        return {**pids, **({"postgres": postgres} if postgres else {}), **({"redis": self.redis.pid} if self.redis else {})}
+        return {
+            **pids,
+            **({"postgres": postgres} if postgres else {}),
+            **({"redis": self.redis.pid} if self.redis else {}),
+        }
 
     def wait_front(self, timeout: float = FRONT_READY_S) -> None:
         """Until /healthz answers 200 (the front loaded its model and reaches the database)."""
@@ -153,8 +171,14 @@ class LocalStack:
         part = self.parts[name]
         assert self.data_dir is not None
         log = open(self.data_dir / "logs" / f"{name}-replacement.log", "ab")  # noqa: SIM115 - the child owns it
-        part.popen = subprocess.Popen(part.cmd, env=part.env, stdin=subprocess.DEVNULL, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+        part.popen = subprocess.Popen(
+            part.cmd,
+            env=part.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         part.pid = part.popen.pid
 
@@ -162,8 +186,19 @@ class LocalStack:
         assert self.data_dir is not None
         directory = self.data_dir / "redis-loadtest"
         directory.mkdir(exist_ok=True)
-        cmd = [shutil.which("redis-server") or "redis-server", "--port", str(free_port()), "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "no", "--dir", str(directory)]
+        cmd = [
+            shutil.which("redis-server") or "redis-server",
+            "--port",
+            str(free_port()),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+        ]
         self.redis = Part("redis", 0, cmd, dict(os.environ))
         self.start_redis()
 
@@ -171,8 +206,13 @@ class LocalStack:
         import redis as redis_lib
 
         assert self.redis is not None
-        self.redis.popen = subprocess.Popen(self.redis.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+        self.redis.popen = subprocess.Popen(
+            self.redis.cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.redis.pid = self.redis.popen.pid
         client = redis_lib.Redis.from_url(self.redis_url, socket_connect_timeout=1)
         deadline = time.monotonic() + 15
@@ -222,8 +262,12 @@ class LocalStack:
         """`memory-butler down`, then the replacements and the Redis this class started; the data dir goes too."""
         if self.data_dir is None:
             return
-        subprocess.run([sys.executable, "-m", "memory_api", "down", "--data-dir", str(self.data_dir)],
-                       capture_output=True, timeout=120, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "memory_api", "down", "--data-dir", str(self.data_dir)],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
         for part in self.parts.values():
             if part.popen is not None and part.popen.poll() is None:
                 _kill_group(part.pid, signal.SIGTERM)

@@ -43,8 +43,8 @@ class Accept:
     idempotency_key: str
     first_sent_at: float
     accepted_at: float
-    latency_ms: float       # the call that answered "accepted"
-    total_ms: float         # first attempt to "accepted", retries included
+    latency_ms: float  # the call that answered "accepted"
+    total_ms: float  # first attempt to "accepted", retries included
     attempts: int
     replayed: bool
 
@@ -55,11 +55,11 @@ class Recorder:
 
     started: float = field(default_factory=time.monotonic)
     accepts: list[Accept] = field(default_factory=list)
-    calls: list[tuple[float, float, int]] = field(default_factory=list)       # (t, ms, episodes) of accept calls
-    reads: list[tuple[float, float, bool]] = field(default_factory=list)      # (t, ms, degraded)
+    calls: list[tuple[float, float, int]] = field(default_factory=list)  # (t, ms, episodes) of accept calls
+    reads: list[tuple[float, float, bool]] = field(default_factory=list)  # (t, ms, degraded)
     counts: Counter[str] = field(default_factory=Counter)
     samples: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)                # drill milestones
+    events: list[dict[str, Any]] = field(default_factory=list)  # drill milestones
     burst_ended: float | None = None
 
     def now(self) -> float:
@@ -92,8 +92,13 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def latency_summary(values: Sequence[float]) -> dict[str, float | int | None]:
-    return {"count": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
-            "p99": percentile(values, 99), "max": max(values) if values else None}
+    return {
+        "count": len(values),
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+        "max": max(values) if values else None,
+    }
 
 
 def sample_database(engine: Engine, tenant_ids: list[str]) -> dict[str, int] | None:
@@ -108,8 +113,9 @@ def sample_database(engine: Engine, tenant_ids: list[str]) -> dict[str, int] | N
         return None
 
 
-async def run_sampler(recorder: Recorder, engine: Engine | None, tenant_ids: list[str], *,
-                      baseline: int, stop: asyncio.Event) -> None:
+async def run_sampler(
+    recorder: Recorder, engine: Engine | None, tenant_ids: list[str], *, baseline: int, stop: asyncio.Event
+) -> None:
     """Append one sample every SAMPLE_INTERVAL_S until ``stop`` is set (and once more after)."""
     read_seen = 0
     while True:
@@ -117,14 +123,19 @@ async def run_sampler(recorder: Recorder, engine: Engine | None, tenant_ids: lis
         reads = recorder.reads[read_seen:]
         read_seen += len(reads)
         stored = db["stored"] - baseline if db else None
-        recorder.samples.append({
-            "t": round(recorder.now(), 3), "accepted": len(recorder.accepts),
-            "stored": stored, "pending_intents": db["pending_intents"] if db else None,
-            "unconsolidated": db["unconsolidated"] if db else None,
-            "backlog": db["pending_intents"] + db["unconsolidated"] if db else None,
-            "read_p50_ms": percentile([r[1] for r in reads], 50), "read_max_ms": max((r[1] for r in reads), default=None),
-            "reads": len(reads),
-        })
+        recorder.samples.append(
+            {
+                "t": round(recorder.now(), 3),
+                "accepted": len(recorder.accepts),
+                "stored": stored,
+                "pending_intents": db["pending_intents"] if db else None,
+                "unconsolidated": db["unconsolidated"] if db else None,
+                "backlog": db["pending_intents"] + db["unconsolidated"] if db else None,
+                "read_p50_ms": percentile([r[1] for r in reads], 50),
+                "read_max_ms": max((r[1] for r in reads), default=None),
+                "reads": len(reads),
+            }
+        )
         if stop.is_set():
             return
         try:
@@ -156,5 +167,10 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
 def cpu_used(before: dict[str, float], after: dict[str, float], *, seconds: float, episodes: int) -> dict[str, Any]:
     """Per process: cores busy on average over ``seconds``, and CPU milliseconds per accepted episode."""
     names = [n for n in before if n in after]
-    return {n: {"cores": round((after[n] - before[n]) / max(seconds, 1e-6), 3),
-                "ms_per_episode": round(1000 * (after[n] - before[n]) / max(episodes, 1), 3)} for n in names}
+    return {
+        n: {
+            "cores": round((after[n] - before[n]) / max(seconds, 1e-6), 3),
+            "ms_per_episode": round(1000 * (after[n] - before[n]) / max(episodes, 1), 3),
+        }
+        for n in names
+    }

@@ -33,8 +33,9 @@ class Live:
 
     def update(self, completed: int, info: str = "", total: int | None = None) -> None:
         if self.progress is not None and self.task is not None:
-            self.progress.update(self.task, completed=completed, info=info,
-                                 **({"total": max(total, 1)} if total is not None else {}))
+            self.progress.update(
+                self.task, completed=completed, info=info, **({"total": max(total, 1)} if total is not None else {})
+            )
 
 
 @contextmanager
@@ -42,8 +43,13 @@ def live(console: Console, *, quiet: bool) -> Iterator[Live]:
     if quiet:
         yield Live(None)
         return
-    columns = (TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.fields[info]}"))
+    columns = (
+        TextColumn("{task.description:<9}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"),
+    )
     with Progress(*columns, console=console, transient=False, refresh_per_second=4) as progress:
         yield Live(progress)
 
@@ -69,20 +75,34 @@ def summary_table(figures: dict[str, Any]) -> Table:
     table.add_column("value")
     rows = [
         ("target", f"{figures['config']['url']}  ({figures['config'].get('chaos') or 'no drill'})"),
-        ("planned", f"{s['planned']} episodes, {figures['config']['clients']} clients, "
-                    f"{figures['config']['tenants']} tenants x {figures['config']['butlers']} butlers, "
-                    + (f"batches of {figures['config']['batch']}" if figures['config']['batch'] else "single calls")),
+        (
+            "planned",
+            f"{s['planned']} episodes, {figures['config']['clients']} clients, "
+            f"{figures['config']['tenants']} tenants x {figures['config']['butlers']} butlers, "
+            + (f"batches of {figures['config']['batch']}" if figures["config"]["batch"] else "single calls"),
+        ),
         ("accepted", f"{s['accepted']} in {s['burst_seconds']:.1f} s = {s['accepted_per_s']:.0f} episodes/s"),
-        ("accept latency", f"p50 {_ms(s['accept_ms']['p50'])}  p95 {_ms(s['accept_ms']['p95'])}  "
-                           f"p99 {_ms(s['accept_ms']['p99'])}  max {_ms(s['accept_ms']['max'])}"),
+        (
+            "accept latency",
+            f"p50 {_ms(s['accept_ms']['p50'])}  p95 {_ms(s['accept_ms']['p95'])}  "
+            f"p99 {_ms(s['accept_ms']['p99'])}  max {_ms(s['accept_ms']['max'])}",
+        ),
         ("with retries", f"p99 {_ms(s['accept_total_ms']['p99'])}  max {_ms(s['accept_total_ms']['max'])}"),
         ("stored", _stored(s, figures.get("database"))),
         ("consolidated", _consolidated(s, figures.get("database"))),
-        ("reads", f"{s['reads']['count']} ({s['read_rps']:.1f}/s)  p50 {_ms(s['reads']['p50'])}  "
-                  f"p95 {_ms(s['reads']['p95'])}  degraded {s['reads_degraded']}" if s["reads"]["count"] else "none"),
+        (
+            "reads",
+            f"{s['reads']['count']} ({s['read_rps']:.1f}/s)  p50 {_ms(s['reads']['p50'])}  "
+            f"p95 {_ms(s['reads']['p95'])}  degraded {s['reads_degraded']}"
+            if s["reads"]["count"]
+            else "none",
+        ),
         ("retries", ", ".join(f"{k} {v}" for k, v in sorted(figures["counts"].items()) if v) or "none"),
-        ("cpu (cores)", "  ".join(f"{name} {c['cores']:.2f}" for name, c in figures.get("cpu", {}).items())
-         + "  (during the burst)"),
+        (
+            "cpu (cores)",
+            "  ".join(f"{name} {c['cores']:.2f}" for name, c in figures.get("cpu", {}).items())
+            + "  (during the burst)",
+        ),
         ("verification", _verification(figures)),
     ]
     for label, value in rows:
@@ -95,8 +115,10 @@ def _stored(s: dict[str, Any], db: dict[str, Any] | None) -> str:
         return "not measured (no database URL)"
     if s.get("applied_after_burst_s") is None:
         return f"{db['stored']} of {s['accepted']}; NOT all applied"
-    return (f"{db['stored']} of {s['accepted']}; all applied {_secs(s['applied_after_burst_s'])} after the burst "
-            f"({_rate(s.get('drain_episodes_per_s'))})")
+    return (
+        f"{db['stored']} of {s['accepted']}; all applied {_secs(s['applied_after_burst_s'])} after the burst "
+        f"({_rate(s.get('drain_episodes_per_s'))})"
+    )
 
 
 def _consolidated(s: dict[str, Any], db: dict[str, Any] | None) -> str:
@@ -119,19 +141,28 @@ def _rate(value: float | None) -> str:
 def _verification(figures: dict[str, Any]) -> str:
     db, iso = figures.get("database"), figures.get("isolation") or {}
     if db is None:
-        line = (f"database checks skipped (no database URL); cross-tenant through MCP {iso.get('leaks', 0)} "
-                f"in {iso.get('probes', 0)} probes")
+        line = (
+            f"database checks skipped (no database URL); cross-tenant through MCP {iso.get('leaks', 0)} "
+            f"in {iso.get('probes', 0)} probes"
+        )
     else:
-        line = (f"lost {db['lost']}, duplicated {db['duplicated']}, out of order {db['out_of_order']}, "
-                f"not terminal {db['non_terminal']}, cross-tenant {db['cross_tenant_sql'] + iso.get('leaks', 0)}")
+        line = (
+            f"lost {db['lost']}, duplicated {db['duplicated']}, out of order {db['out_of_order']}, "
+            f"not terminal {db['non_terminal']}, cross-tenant {db['cross_tenant_sql'] + iso.get('leaks', 0)}"
+        )
     if figures["failures"]:
         return f"[red]FAILED[/]: {line}\n" + "\n".join(f"  - {f}" for f in figures["failures"])
     return f"[green]PASSED[/]: {line}"
 
 
 def write_json(figures: dict[str, Any], recorder: Recorder, path: Path) -> None:
-    raw = {"samples": recorder.samples, "events": recorder.events, "calls": recorder.calls,
-           "reads": recorder.reads, "accepts": recorder.accepts_json()}
+    raw = {
+        "samples": recorder.samples,
+        "events": recorder.events,
+        "calls": recorder.calls,
+        "reads": recorder.reads,
+        "accepts": recorder.accepts_json(),
+    }
     path.write_text(json.dumps({**figures, "raw": raw}, indent=1, default=str))
 
 
@@ -160,16 +191,23 @@ def write_plot(recorder: Recorder, figures: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("backlog")
     ax.legend(loc="upper left")
     ax = axes[3]
-    ax.scatter([r[0] for r in recorder.reads], [r[1] for r in recorder.reads], s=2, alpha=0.4,
-               c=["red" if r[2] else "tab:blue" for r in recorder.reads])
+    ax.scatter(
+        [r[0] for r in recorder.reads],
+        [r[1] for r in recorder.reads],
+        s=2,
+        alpha=0.4,
+        c=["red" if r[2] else "tab:blue" for r in recorder.reads],
+    )
     ax.set_ylabel(f"{figures['config']['read_tool']} latency (ms)")
     if not recorder.reads:
         ax.text(0.5, 0.5, "no readers in this run", transform=ax.transAxes, ha="center", color="grey")
     ax.set_xlabel("seconds since start")
     for ax in axes:
         _mark(ax, recorder)
-    fig.suptitle(f"loadtest {figures['run_id']}: {figures['summary']['accepted']} episodes, "
-                 f"{figures['config'].get('chaos') or 'no drill'}")
+    fig.suptitle(
+        f"loadtest {figures['run_id']}: {figures['summary']['accepted']} episodes, "
+        f"{figures['config'].get('chaos') or 'no drill'}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -185,32 +223,54 @@ def _mark(ax: Any, recorder: Recorder) -> None:
             ax.axvspan(start, end, color="orange", alpha=0.2)
 
 
-def figures(config: Any, recorder: Recorder, *, url: str, run_id: str, tenants: Sequence[TenantPlan],
-            drained: bool | None, drained_at: float, cpu: dict[str, Any], has_drill: bool) -> dict[str, Any]:
+def figures(
+    config: Any,
+    recorder: Recorder,
+    *,
+    url: str,
+    run_id: str,
+    tenants: Sequence[TenantPlan],
+    drained: bool | None,
+    drained_at: float,
+    cpu: dict[str, Any],
+    has_drill: bool,
+) -> dict[str, Any]:
     """Every figure of the run (the JSON's top level; the raw series are added by :func:`write_json`)."""
     accepts, ended = recorder.accepts, recorder.burst_ended or recorder.now()
     first = min((a.first_sent_at for a in accepts), default=0.0)
     burst_s = max(ended - first, 1e-6)
-    all_stored = next((s["t"] for s in recorder.samples if s["stored"] is not None and s["stored"] >= len(accepts)),
-                      None)
+    all_stored = next(
+        (s["t"] for s in recorder.samples if s["stored"] is not None and s["stored"] >= len(accepts)), None
+    )
     reads = [r[1] for r in recorder.reads]
     settings = {k: v for k, v in asdict(config).items() if k not in ("tokens", "database_url")}
     return {
-        "run_id": run_id, "config": {**settings, "url": url, "out_dir": str(config.out_dir),
-                                     "data_dir": str(config.data_dir) if config.data_dir else None},
+        "run_id": run_id,
+        "config": {
+            **settings,
+            "url": url,
+            "out_dir": str(config.out_dir),
+            "data_dir": str(config.data_dir) if config.data_dir else None,
+        },
         "tenants": [{"tenant_id": t.tenant_id, "marker": t.marker, "butlers": list(t.butlers)} for t in tenants],
-        "counts": dict(recorder.counts), "events": recorder.events, "drained": drained,
+        "counts": dict(recorder.counts),
+        "events": recorder.events,
+        "drained": drained,
         "drain_timeout_s": config.drain_timeout_s,
         "accepted_while_db_down": recorder.accepted_within(w) if (w := recorder.window("postgres")) else 0,
         "cpu": cpu,
         "summary": {
-            "planned": config.episodes, "accepted": len(accepts), "burst_seconds": burst_s,
-            "accepted_per_s": len(accepts) / burst_s, "accept_ms": latency_summary([c[1] for c in recorder.calls]),
+            "planned": config.episodes,
+            "accepted": len(accepts),
+            "burst_seconds": burst_s,
+            "accepted_per_s": len(accepts) / burst_s,
+            "accept_ms": latency_summary([c[1] for c in recorder.calls]),
             "accept_total_ms": latency_summary([a.total_ms for a in accepts]),
             "applied_after_burst_s": max(0.0, all_stored - ended) if all_stored is not None else None,
             "drain_episodes_per_s": len(accepts) / max(all_stored - first, 1e-6) if all_stored is not None else None,
             "consolidated_after_burst_s": max(0.0, drained_at - ended) if drained else None,
-            "reads": latency_summary(reads), "read_rps": len(reads) / burst_s,
+            "reads": latency_summary(reads),
+            "read_rps": len(reads) / burst_s,
             "reads_degraded": sum(r[2] for r in recorder.reads),
             "loadgen_cpu_percent": 100 * cpu.get("loadtest", {}).get("cores", 0.0),
             "drill": config.chaos if has_drill else None,

@@ -65,8 +65,13 @@ def drain_state(engine: Engine, tenant_ids: list[str]) -> dict[str, int] | None:
         return None
 
 
-def wait_for_drain(engine: Engine, tenant_ids: list[str], *, timeout_s: float,
-                   on_poll: Callable[[dict[str, int] | None], None] | None = None) -> bool:
+def wait_for_drain(
+    engine: Engine,
+    tenant_ids: list[str],
+    *,
+    timeout_s: float,
+    on_poll: Callable[[dict[str, int] | None], None] | None = None,
+) -> bool:
     """Poll until no intent is pending and no episode is due for consolidation; False at the deadline."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -80,8 +85,9 @@ def wait_for_drain(engine: Engine, tenant_ids: list[str], *, timeout_s: float,
         time.sleep(DRAIN_POLL_S)
 
 
-def check_database(engine: Engine, *, accepts: Sequence[Accept], tenants: Sequence[TenantPlan],
-                   run_tag: str) -> dict[str, Any]:
+def check_database(
+    engine: Engine, *, accepts: Sequence[Accept], tenants: Sequence[TenantPlan], run_tag: str
+) -> dict[str, Any]:
     """Lost, duplicated, out-of-order, not-terminal and cross-tenant counts for the run's episodes."""
     tenant_ids = [t.tenant_id for t in tenants]
     with engine.connect() as conn:
@@ -89,23 +95,29 @@ def check_database(engine: Engine, *, accepts: Sequence[Accept], tenants: Sequen
         seq_of = {r["id"]: r["seq"] for r in rows}
         lost_ids = sorted({a.id for a in accepts} - seq_of.keys())
         lost_status = Counter(r["status"] for r in conn.execute(INTENT_STATUS_SQL, {"ids": lost_ids}).mappings())
-        cross = {r["tbl"]: r["n"] for r in conn.execute(CROSS_TENANT_SQL, {
-            "t": tenant_ids, "m": [t.marker for t in tenants]}).mappings()}
+        cross = {
+            r["tbl"]: r["n"]
+            for r in conn.execute(CROSS_TENANT_SQL, {"t": tenant_ids, "m": [t.marker for t in tenants]}).mappings()
+        }
     digests = Counter(r["digest"] for r in rows)
     statuses = Counter(r["status"] for r in rows)
-    non_terminal = sum(1 for r in rows if r["status"] == "pending"
-                       or (r["status"] == "failed" and not r["retry_scheduled"]))
+    non_terminal = sum(
+        1 for r in rows if r["status"] == "pending" or (r["status"] == "failed" and not r["retry_scheduled"])
+    )
     ids = Counter(a.id for a in accepts)
     return {
-        "accepted": len(accepts), "stored": len(rows),
-        "lost": len(lost_ids), "lost_by_intent_status": {
-            **lost_status, "missing": len(lost_ids) - sum(lost_status.values())},
+        "accepted": len(accepts),
+        "stored": len(rows),
+        "lost": len(lost_ids),
+        "lost_by_intent_status": {**lost_status, "missing": len(lost_ids) - sum(lost_status.values())},
         "lost_sample": lost_ids[:10],
         "duplicated": sum(n - 1 for n in digests.values() if n > 1) + sum(n - 1 for n in ids.values() if n > 1),
         "unacknowledged": len(seq_of.keys() - ids.keys()),
         "out_of_order": out_of_order(accepts, seq_of),
-        "consolidation_status": dict(statuses), "non_terminal": non_terminal,
-        "cross_tenant_rows": cross, "cross_tenant_sql": sum(cross.values()),
+        "consolidation_status": dict(statuses),
+        "non_terminal": non_terminal,
+        "cross_tenant_rows": cross,
+        "cross_tenant_sql": sum(cross.values()),
     }
 
 
@@ -121,8 +133,9 @@ def out_of_order(accepts: Sequence[Accept], seq_of: dict[str, int]) -> int:
     return bad
 
 
-async def probe_isolation(url: str, tenants: Sequence[TenantPlan], tokens: dict[str, str], *,
-                          timeout_s: float = 30.0) -> dict[str, Any]:
+async def probe_isolation(
+    url: str, tenants: Sequence[TenantPlan], tokens: dict[str, str], *, timeout_s: float = 30.0
+) -> dict[str, Any]:
     """Through MCP with each tenant's token: its own marker is found, no other tenant's marker ever is."""
     markers = {t.tenant_id: t.marker for t in tenants}
     leaks, control, probes, degraded = 0, {}, 0, 0
@@ -133,8 +146,12 @@ async def probe_isolation(url: str, tenants: Sequence[TenantPlan], tokens: dict[
             control[tenant.tenant_id] = sum(tenant.marker in hit["content"] for hit in own["results"])
             for marker in foreign:
                 found = await _search(session, marker, timeout_s)
-                block = await _probe(session, "memory_context", {
-                    "trigger_prompt": f"What do you know about {marker}?", "butler": tenant.butlers[0]}, timeout_s)
+                block = await _probe(
+                    session,
+                    "memory_context",
+                    {"trigger_prompt": f"What do you know about {marker}?", "butler": tenant.butlers[0]},
+                    timeout_s,
+                )
                 texts = [hit["content"] for hit in found["results"]] + [block.get("context", "")]
                 leaks += sum(1 for t in texts for m in foreign if m in t)
                 degraded += bool(found.get("degraded")) + bool(block.get("degraded"))
@@ -171,21 +188,33 @@ def verdict(figures: dict[str, Any]) -> list[str]:
         (db.get("out_of_order", 0) > 0, f"{db.get('out_of_order')} episodes out of order"),
         (db.get("non_terminal", 0) > 0, f"{db.get('non_terminal')} episodes not in a terminal consolidation state"),
         (db.get("cross_tenant_sql", 0) > 0, f"{db.get('cross_tenant_sql')} rows carry another tenant's marker"),
-        (db.get("unacknowledged", 0) > counts.get("gave_up", 0),
-         f"{db.get('unacknowledged')} stored episodes were never acknowledged (only {counts.get('gave_up', 0)} "
-         "writes were given up)"),
+        (
+            db.get("unacknowledged", 0) > counts.get("gave_up", 0),
+            f"{db.get('unacknowledged')} stored episodes were never acknowledged (only {counts.get('gave_up', 0)} "
+            "writes were given up)",
+        ),
         (iso.get("leaks", 0) > 0, f"{iso.get('leaks')} cross-tenant hits through MCP"),
         (iso.get("degraded", 0) > 0, f"{iso.get('degraded')} isolation probes answered degraded: inconclusive"),
-        (bool(iso) and not all(iso.get("own_marker_hits", {}).values()),
-         "the isolation probe found a tenant's own marker nowhere: it proves nothing"),
-        (counts.get("gave_up", 0) + counts.get("not_sent", 0) > 0,
-         f"{counts.get('gave_up', 0)} writes given up and {counts.get('not_sent', 0)} never sent"),
+        (
+            bool(iso) and not all(iso.get("own_marker_hits", {}).values()),
+            "the isolation probe found a tenant's own marker nowhere: it proves nothing",
+        ),
+        (
+            counts.get("gave_up", 0) + counts.get("not_sent", 0) > 0,
+            f"{counts.get('gave_up', 0)} writes given up and {counts.get('not_sent', 0)} never sent",
+        ),
         (counts.get("replay_mismatch", 0) > 0, f"{counts.get('replay_mismatch')} replays answered a different id"),
-        (bool(figures.get("dead_parts")),
-         f"stack parts not running after the run: {', '.join(figures.get('dead_parts') or [])}"),
-        (figures.get("accepted_while_db_down", 0) > 0,
-         f"{figures.get('accepted_while_db_down')} writes answered 'accepted' while PostgreSQL was down"),
+        (
+            bool(figures.get("dead_parts")),
+            f"stack parts not running after the run: {', '.join(figures.get('dead_parts') or [])}",
+        ),
+        (
+            figures.get("accepted_while_db_down", 0) > 0,
+            f"{figures.get('accepted_while_db_down')} writes answered 'accepted' while PostgreSQL was down",
+        ),
     ]
     failures += [message for broken, message in checks if broken]
-    failures += [f"{n} writes rejected ({k[len('rejected_'):]})" for k, n in counts.items() if k.startswith("rejected_")]
+    failures += [
+        f"{n} writes rejected ({k[len('rejected_') :]})" for k, n in counts.items() if k.startswith("rejected_")
+    ]
     return failures

@@ -16,8 +16,9 @@ READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
 def _write(*, idempotent: bool, destructive: bool) -> ToolAnnotations:
-    return ToolAnnotations(read_only_hint=False, idempotent_hint=idempotent, destructive_hint=destructive,
-                           open_world_hint=False)
+    return ToolAnnotations(
+        read_only_hint=False, idempotent_hint=idempotent, destructive_hint=destructive, open_world_hint=False
+    )
 
 
 # A store with an idempotency_key is safe to repeat, without one it is not: the hint says "not idempotent".
@@ -48,8 +49,13 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
 def build_tools() -> list[ClassifiedTool]:
     """One Tool per entry; descriptions are the functions' docstrings (written for the agent)."""
     return [
-        ClassifiedTool.from_function(fn, name=fn.__name__, title=title, description=_describe(fn),
-                                     annotations=annotations.model_copy(update={"title": title}))
+        ClassifiedTool.from_function(
+            fn,
+            name=fn.__name__,
+            title=title,
+            description=_describe(fn),
+            annotations=annotations.model_copy(update={"title": title}),
+        )
         for fn, title, annotations in TOOLS
     ]
 

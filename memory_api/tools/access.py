@@ -36,8 +36,7 @@ def read_visibility(principal: Principal, scope: str | None) -> Visibility:
     if scope is None:
         return default_visibility(principal)
     if scope == EVERY_SCOPE:
-        require_admin(principal, "scope='*' (every scope of the tenant)", field="scope",
-                      also=covers_all(principal))
+        require_admin(principal, "scope='*' (every scope of the tenant)", field="scope", also=covers_all(principal))
         return ALL
     if scope == GLOBAL:
         return Visibility(scopes=(GLOBAL,), butlers=())

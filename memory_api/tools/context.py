@@ -18,26 +18,50 @@ from shared.errors import InvalidInput, Unavailable
 
 
 def _empty(call: Call, butler: str, budget: int, reason: str) -> ContextBlock:
-    return ContextBlock(butler=butler, context="", tokens=0, token_budget=budget, included={}, dropped=0,
-                        degraded=True, reason=reason, request_id=call.request_id)
+    return ContextBlock(
+        butler=butler,
+        context="",
+        tokens=0,
+        token_budget=budget,
+        included={},
+        dropped=0,
+        degraded=True,
+        reason=reason,
+        request_id=call.request_id,
+    )
 
 
 async def _block(call: Call, trigger_prompt: str, butler: str, token_budget: int | None) -> ContextBlock:
     """One block; Unavailable propagates so a batch can stop at the first one."""
     budget = token_budget or call.services.settings.memory.retrieval.context_token_budget
     reader = call.reader()
-    block = await call.read(lambda: reader.context(
-        tenant_id=call.tenant, visibility=access.butler_visibility(butler), trigger_prompt=trigger_prompt,
-        token_budget=budget, open_sealed=protection.butler_may_open(butler, call.services.settings.encryption)))
-    return ContextBlock(butler=butler, context=block.text, tokens=block.tokens, token_budget=budget,
-                        included=block.included, dropped=block.dropped, request_id=call.request_id)
+    block = await call.read(
+        lambda: reader.context(
+            tenant_id=call.tenant,
+            visibility=access.butler_visibility(butler),
+            trigger_prompt=trigger_prompt,
+            token_budget=budget,
+            open_sealed=protection.butler_may_open(butler, call.services.settings.encryption),
+        )
+    )
+    return ContextBlock(
+        butler=butler,
+        context=block.text,
+        tokens=block.tokens,
+        token_budget=budget,
+        included=block.included,
+        dropped=block.dropped,
+        request_id=call.request_id,
+    )
 
 
 @tool_call
 async def memory_context(
     ctx: Context,
     trigger_prompt: Annotated[Query, Field(description="The task or user message the session starts with.")],
-    butler: Butler, token_budget: TokenBudget | None = None, request_context: Lineage | None = None,
+    butler: Butler,
+    token_budget: TokenBudget | None = None,
+    request_context: Lineage | None = None,
 ) -> ContextBlock:
     """Call at session start: builds the memory block to inject into the agent's system prompt — the facts,
     rules, warnings and recent episodes most relevant to trigger_prompt for this butler, highest first, never
@@ -56,8 +80,10 @@ async def memory_context(
 @tool_call
 async def memory_context_batch(
     ctx: Context,
-    requests: Annotated[list[ContextRequest], Field(min_length=1, description=(
-        "Blocks to build, each {trigger_prompt, butler, token_budget?}."))],
+    requests: Annotated[
+        list[ContextRequest],
+        Field(min_length=1, description=("Blocks to build, each {trigger_prompt, butler, token_budget?}.")),
+    ],
     request_context: Lineage | None = None,
 ) -> ContextBatch:
     """memory_context for many sessions at once (a daemon starting several agents): one block per request, in
@@ -79,8 +105,13 @@ async def memory_context_batch(
             except Unavailable as exc:  # the rest would wait as long again: answer them empty right away
                 reason, call.outcome = exc.message, "degraded"
             except TimeoutError:
-                reason, call.outcome = (f"the batch's deadline ({api.context_batch_deadline_seconds:g}s) passed; "
-                                        "the blocks not built by then are empty"), "degraded"
+                reason, call.outcome = (
+                    (
+                        f"the batch's deadline ({api.context_batch_deadline_seconds:g}s) passed; "
+                        "the blocks not built by then are empty"
+                    ),
+                    "degraded",
+                )
         budget = req.token_budget or call.services.settings.memory.retrieval.context_token_budget
         blocks.append(_empty(call, req.butler, budget, reason))
     return ContextBatch(results=blocks, degraded=reason is not None, reason=reason, request_id=call.request_id)
@@ -95,7 +126,10 @@ def _check_batch(call: Call, requests: list[ContextRequest]) -> None:
     default = call.services.settings.memory.retrieval.context_token_budget
     total = sum(req.token_budget or default for req in requests)
     if total > api.context_batch_max_tokens:
-        raise InvalidInput(f"requests: the token budgets add up to {total}, at most {api.context_batch_max_tokens} "
-                           "per call (split the batch or ask for smaller blocks)", field="requests")
+        raise InvalidInput(
+            f"requests: the token budgets add up to {total}, at most {api.context_batch_max_tokens} "
+            "per call (split the batch or ask for smaller blocks)",
+            field="requests",
+        )
     for i, req in enumerate(requests):
         access.require_butler(call.principal, req.butler, field=f"requests.{i}.butler")

@@ -20,8 +20,15 @@ from shared.purge import purge_tenant
 @tool_call
 async def memory_purge_tenant(
     ctx: Context,
-    confirm_tenant: Annotated[str, Field(max_length=63, description=(
-        "Your tenant's id, typed out, to confirm: every memory, token and audit row of it is deleted for good."))],
+    confirm_tenant: Annotated[
+        str,
+        Field(
+            max_length=63,
+            description=(
+                "Your tenant's id, typed out, to confirm: every memory, token and audit row of it is deleted for good."
+            ),
+        ),
+    ],
     request_context: Lineage | None = None,
 ) -> Purged:
     """Admin only, no undo: erase this token's tenant (episodes, facts, rules, links, feedback, pending writes,
@@ -40,5 +47,9 @@ async def memory_purge_tenant(
     tombstone = await call.write(work)
     if call.services.token_cache is not None:  # this front stops honouring the tenant's tokens at once
         call.services.token_cache.evict_tenant(call.tenant)
-    return Purged(tenant=tombstone["tenant"], purge_id=tombstone["purge_id"], counts=tombstone["counts"],
-                  request_id=call.request_id)
+    return Purged(
+        tenant=tombstone["tenant"],
+        purge_id=tombstone["purge_id"],
+        counts=tombstone["counts"],
+        request_id=call.request_id,
+    )

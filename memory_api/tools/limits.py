@@ -29,8 +29,9 @@ class _Bucket:
 class TokenLimits:
     """``enter(token_id)`` before a call (raises RateLimited), ``leave(token_id)`` after it, whatever happened."""
 
-    def __init__(self, *, rate: float, burst: int, concurrency: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, rate: float, burst: int, concurrency: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.rate, self.concurrency, self.clock = rate, concurrency, clock
         self.burst = float(burst or max(1.0, rate))
         self._buckets: dict[uuid.UUID, _Bucket] = {}
@@ -53,15 +54,18 @@ class TokenLimits:
             self._prune(now)
             bucket = self._buckets[token_id] = _Bucket(tokens=self.burst, stamp=now)
         if self.concurrency and bucket.in_flight >= self.concurrency:
-            raise RateLimited(f"this token already has {bucket.in_flight} calls in flight (at most "
-                              f"{self.concurrency}); retry when one has finished")
+            raise RateLimited(
+                f"this token already has {bucket.in_flight} calls in flight (at most "
+                f"{self.concurrency}); retry when one has finished"
+            )
         if self.rate:
             bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.stamp) * self.rate)
             bucket.stamp = now
             if bucket.tokens < 1.0:
                 wait = (1.0 - bucket.tokens) / self.rate
-                raise RateLimited(f"this token is over its rate of {self.rate:g} calls/s (burst {self.burst:g}); "
-                                  f"retry in {wait:.2f}s")
+                raise RateLimited(
+                    f"this token is over its rate of {self.rate:g} calls/s (burst {self.burst:g}); retry in {wait:.2f}s"
+                )
             bucket.tokens -= 1.0
         bucket.in_flight += 1
 
@@ -73,7 +77,10 @@ class TokenLimits:
     def _prune(self, now: float) -> None:
         if len(self._buckets) < MAX_TRACKED_TOKENS:
             return
-        idle = [k for k, b in self._buckets.items()
-                if b.in_flight == 0 and (not self.rate or b.tokens + (now - b.stamp) * self.rate >= self.burst)]
+        idle = [
+            k
+            for k, b in self._buckets.items()
+            if b.in_flight == 0 and (not self.rate or b.tokens + (now - b.stamp) * self.rate >= self.burst)
+        ]
         for key in idle:
             del self._buckets[key]

@@ -56,12 +56,21 @@ def parse_since(since: str | int) -> datetime | int:
 @tool_call
 async def memory_activity_stream(
     ctx: Context,
-    since: Annotated[Annotated[str, StringConstraints(max_length=MAX_SINCE)] | int, Field(description=(
-        "Where to start: next_cursor from the previous call (an event id), or an ISO-8601 time such as "
-        "'2026-01-31T09:00:00Z'. Use 0 for the beginning."))],
+    since: Annotated[
+        Annotated[str, StringConstraints(max_length=MAX_SINCE)] | int,
+        Field(
+            description=(
+                "Where to start: next_cursor from the previous call (an event id), or an ISO-8601 time such as "
+                "'2026-01-31T09:00:00Z'. Use 0 for the beginning."
+            )
+        ),
+    ],
     scope: ReadScope | None = None,
-    types: Annotated[list[MemoryType], Field(min_length=1, max_length=3, description=(
-        "Only events about these memory types (default: all)."))] | None = None,
+    types: Annotated[
+        list[MemoryType],
+        Field(min_length=1, max_length=3, description=("Only events about these memory types (default: all).")),
+    ]
+    | None = None,
     limit: Annotated[int, Field(ge=1, le=MAX_ACTIVITY, description="Events per page, 1 to 1000; default 100.")]
     | None = None,
     request_context: Lineage | None = None,
@@ -74,13 +83,21 @@ async def memory_activity_stream(
     access.require_admin(call.principal, "memory_activity_stream (the tenant's audit trail)")
     cursor = parse_since(since)
     reader = call.reader()
-    rows, reason = await call.read_or_degrade(lambda: reader.activity(
-        tenant_id=call.tenant, since=cursor, limit=limit or DEFAULT_ACTIVITY, entity_types=types,
-        scope=None if scope == access.EVERY_SCOPE else scope), [])
+    rows, reason = await call.read_or_degrade(
+        lambda: reader.activity(
+            tenant_id=call.tenant,
+            since=cursor,
+            limit=limit or DEFAULT_ACTIVITY,
+            entity_types=types,
+            scope=None if scope == access.EVERY_SCOPE else scope,
+        ),
+        [],
+    )
     events = [_event(r) for r in rows]
     next_cursor = events[-1].id if events else (cursor if isinstance(cursor, int) else None)
-    return Activity(events=events, next_cursor=next_cursor, degraded=reason is not None, reason=reason,
-                    request_id=call.request_id)
+    return Activity(
+        events=events, next_cursor=next_cursor, degraded=reason is not None, reason=reason, request_id=call.request_id
+    )
 
 
 def _event(row: dict[str, Any]) -> Event:
@@ -91,10 +108,16 @@ def _event(row: dict[str, Any]) -> Event:
 @tool_call
 async def memory_dead_letters(
     ctx: Context,
-    action: Annotated[Literal["list", "show", "redrive", "drop"], Field(description=(
-        "'list' the tenant's dead letters (oldest first), 'show' one with its last error and full content, "
-        "'redrive' one (or, with no id, all of them) back to pending and wake the workers, or 'drop' one "
-        "(id required): delete it for good."))],
+    action: Annotated[
+        Literal["list", "show", "redrive", "drop"],
+        Field(
+            description=(
+                "'list' the tenant's dead letters (oldest first), 'show' one with its last error and full content, "
+                "'redrive' one (or, with no id, all of them) back to pending and wake the workers, or 'drop' one "
+                "(id required): delete it for good."
+            )
+        ),
+    ],
     id: Annotated[uuid.UUID, Field(description="The dead episode's or write intent's id (show; redrive or drop one).")]
     | None = None,
     request_context: Lineage | None = None,

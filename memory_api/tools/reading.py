@@ -10,7 +10,17 @@ from pydantic import Field
 
 from memory_api.tools import access
 from memory_api.tools.params import (
-    MAX_LIMIT, Limit, Lineage, MemoryId, MemoryType, MinConfidence, Mode, Query, ReadScope, Since, Until,
+    MAX_LIMIT,
+    Limit,
+    Lineage,
+    MemoryId,
+    MemoryType,
+    MinConfidence,
+    Mode,
+    Query,
+    ReadScope,
+    Since,
+    Until,
 )
 from memory_api.tools.results import Hits, MemoryRecord
 from memory_api.tools.runtime import Call, current_call, tool_call
@@ -31,14 +41,32 @@ def _default_limit(call: Call) -> int:
 
 @tool_call
 async def memory_search(
-    ctx: Context, query: Query,
-    types: Annotated[list[MemoryType], Field(min_length=1, max_length=3, description=(
-        "Which memory types to search: any of 'episode', 'fact', 'rule' (default: all)."))] | None = None,
+    ctx: Context,
+    query: Query,
+    types: Annotated[
+        list[MemoryType],
+        Field(
+            min_length=1,
+            max_length=3,
+            description=("Which memory types to search: any of 'episode', 'fact', 'rule' (default: all)."),
+        ),
+    ]
+    | None = None,
     scope: ReadScope | None = None,
-    mode: Annotated[Mode, Field(description=(
-        "'hybrid' (meaning + keywords, default), 'semantic' (meaning only) or 'keyword' (exact words)."))] | None = None,
-    limit: Limit | None = None, min_confidence: MinConfidence | None = None, since: Since | None = None,
-    until: Until | None = None, request_context: Lineage | None = None,
+    mode: Annotated[
+        Mode,
+        Field(
+            description=(
+                "'hybrid' (meaning + keywords, default), 'semantic' (meaning only) or 'keyword' (exact words)."
+            )
+        ),
+    ]
+    | None = None,
+    limit: Limit | None = None,
+    min_confidence: MinConfidence | None = None,
+    since: Since | None = None,
+    until: Until | None = None,
+    request_context: Lineage | None = None,
 ) -> Hits:
     """Search memories by meaning and/or keywords across episodes, facts and rules, ranked by relevance. Use it
     when you need specific past observations or exact terms; for "what should I know about X" prefer
@@ -48,17 +76,32 @@ async def memory_search(
     settings = call.services.settings.memory.retrieval
     kinds = list(dict.fromkeys(types)) if types else list(ALL_TYPES)
     reader = call.reader()
-    hits, reason = await call.read_or_degrade(lambda: reader.search(
-        tenant_id=call.tenant, visibility=visibility, query=query, types=kinds, mode=mode or settings.default_mode,
-        limit=limit or _default_limit(call), min_confidence=min_confidence, since=since, until=until,
-        open_sealed=_may_open(call)), [])
+    hits, reason = await call.read_or_degrade(
+        lambda: reader.search(
+            tenant_id=call.tenant,
+            visibility=visibility,
+            query=query,
+            types=kinds,
+            mode=mode or settings.default_mode,
+            limit=limit or _default_limit(call),
+            min_confidence=min_confidence,
+            since=since,
+            until=until,
+            open_sealed=_may_open(call),
+        ),
+        [],
+    )
     return Hits(results=hits, count=len(hits), degraded=reason is not None, reason=reason, request_id=call.request_id)
 
 
 @tool_call
 async def memory_recall(
-    ctx: Context, topic: Query, scope: ReadScope | None = None, limit: Limit | None = None,
-    min_confidence: MinConfidence | None = None, request_context: Lineage | None = None,
+    ctx: Context,
+    topic: Query,
+    scope: ReadScope | None = None,
+    limit: Limit | None = None,
+    min_confidence: MinConfidence | None = None,
+    request_context: Lineage | None = None,
 ) -> Hits:
     """The primary retrieval tool: the facts and rules most worth knowing about a topic, ranked by relevance,
     importance, recency and confidence. Call it before acting on a topic you may have history with. Fading
@@ -67,15 +110,25 @@ async def memory_recall(
     call = current_call()
     visibility = access.read_visibility(call.principal, scope)
     reader = call.reader()
-    hits, reason = await call.read_or_degrade(lambda: reader.recall(
-        tenant_id=call.tenant, visibility=visibility, topic=topic, limit=limit or _default_limit(call),
-        min_confidence=min_confidence, open_sealed=_may_open(call)), [])
+    hits, reason = await call.read_or_degrade(
+        lambda: reader.recall(
+            tenant_id=call.tenant,
+            visibility=visibility,
+            topic=topic,
+            limit=limit or _default_limit(call),
+            min_confidence=min_confidence,
+            open_sealed=_may_open(call),
+        ),
+        [],
+    )
     return Hits(results=hits, count=len(hits), degraded=reason is not None, reason=reason, request_id=call.request_id)
 
 
 @tool_call
 async def memory_get(
-    ctx: Context, type: Annotated[MemoryType, Field(description="'episode', 'fact' or 'rule'.")], id: MemoryId,
+    ctx: Context,
+    type: Annotated[MemoryType, Field(description="'episode', 'fact' or 'rule'.")],
+    id: MemoryId,
     request_context: Lineage | None = None,
 ) -> MemoryRecord:
     """Fetch one memory by type and id, with its links (supersedes, derived from, ...). status "ok" carries the
@@ -86,14 +139,16 @@ async def memory_get(
     reader = call.reader(id)  # the primary if this front accepted ``id`` and the replicas have not replayed it
 
     def get() -> dict[str, Any]:
-        return reader.get(tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id,
-                          open_sealed=_may_open(call))
+        return reader.get(
+            tenant_id=call.tenant, visibility=visibility, kind=type, entity_id=id, open_sealed=_may_open(call)
+        )
 
     try:
         row, reason = await call.read_or_degrade(get, None)
     except Pending as exc:
         return MemoryRecord(status="pending", type=type, id=str(id), reason=exc.message, request_id=call.request_id)
     if reason is not None:
-        return MemoryRecord(status="degraded", type=type, id=str(id), degraded=True, reason=reason,
-                            request_id=call.request_id)
+        return MemoryRecord(
+            status="degraded", type=type, id=str(id), degraded=True, reason=reason, request_id=call.request_id
+        )
     return MemoryRecord(status="ok", type=type, id=str(id), memory=row, request_id=call.request_id)

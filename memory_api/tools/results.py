@@ -121,9 +121,12 @@ class Activity(_Degradable):
 
 class DeadLetters(_Result):
     action: Literal["list", "show", "redrive", "drop"]
-    items: list[dict[str, Any]] = Field(description=(
-        "list: the dead letters; show: the one asked for (with its error and content); redrive: what was re-queued; "
-        "drop: what was deleted."))
+    items: list[dict[str, Any]] = Field(
+        description=(
+            "list: the dead letters; show: the one asked for (with its error and content); redrive: what was re-queued; "
+            "drop: what was deleted."
+        )
+    )
 
 
 class Purged(_Result):

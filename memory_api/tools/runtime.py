@@ -89,14 +89,17 @@ class Call:
             return await self.read(fn), None
         except Unavailable as exc:
             self.outcome = "degraded"
-            log.warning("read degraded", extra={"tool": self.tool, "tenant": self.tenant,
-                                                "request_id": self.request_id, "reason": exc.message})
+            log.warning(
+                "read degraded",
+                extra={"tool": self.tool, "tenant": self.tenant, "request_id": self.request_id, "reason": exc.message},
+            )
             return empty, exc.message
 
     async def write(self, fn: Callable[[], T]) -> T:
         """Run a write transaction on the writes' threads; database trouble becomes Unavailable (nothing accepted)."""
-        return await self.services.write(fn, deadline=WRITE_DEADLINE_S, late=(
-            "; the write may still complete: retry with the same idempotency_key"))
+        return await self.services.write(
+            fn, deadline=WRITE_DEADLINE_S, late=("; the write may still complete: retry with the same idempotency_key")
+        )
 
 
 def _token_key(principal: Principal) -> str | None:
@@ -124,8 +127,9 @@ def principal_of(ctx: Context, services: Services) -> Principal:
 def error_result(exc: ButlerError, request_id: str | None) -> CallToolResult:
     """An is_error tool result whose text and structured content are the classified error."""
     body = {**exc.to_dict(), "request_id": request_id}
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))], structured_content=body,
-                          is_error=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(body))], structured_content=body, is_error=True
+    )
 
 
 def tool_call(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -141,8 +145,13 @@ def tool_call(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]
         services: Services = ctx.request_context.lifespan_context
         call: Call | None = None
         try:
-            call = Call(tool=name, principal=principal_of(ctx, services), services=services, request_id=request_id,
-                        lineage=lineage)
+            call = Call(
+                tool=name,
+                principal=principal_of(ctx, services),
+                services=services,
+                request_id=request_id,
+                lineage=lineage,
+            )
             limits = services.token_limits
             assert limits is not None
             limits.enter(call.principal.token_id)  # over the token's rate or concurrency: RateLimited, nothing done
@@ -174,8 +183,13 @@ def _log(tool: str, call: Call | None, request_id: str, started: float, error: B
     if call is not None:
         telemetry.observe_tool(tool, outcome, duration_ms / 1000)
     tracing.annotate_call(request_id=request_id, tenant=call.tenant if call else None, outcome=outcome)
-    extra = {"tool": tool, "tenant": call.tenant if call else None, "request_id": request_id,
-             "duration_ms": duration_ms, "outcome": outcome}
+    extra = {
+        "tool": tool,
+        "tenant": call.tenant if call else None,
+        "request_id": request_id,
+        "duration_ms": duration_ms,
+        "outcome": outcome,
+    }
     lineage = call.lineage if call else None
     if lineage is not None:
         extra.update(subrequest_id=lineage.subrequest_id, segment_id=lineage.segment_id)
@@ -206,9 +220,17 @@ class ClassifiedTool(Tool):
         return await super().run(arguments, context, convert_result=convert_result)
 
     def _refuse(self, error: InvalidInput, request_id: str, context: Any) -> CallToolResult:
-        log.info("tool call refused: %s", error.message, extra={
-            "tool": self.name, "request_id": request_id, "outcome": error.code, "error_class": error.code,
-            "error_field": error.field})
+        log.info(
+            "tool call refused: %s",
+            error.message,
+            extra={
+                "tool": self.name,
+                "request_id": request_id,
+                "outcome": error.code,
+                "error_class": error.code,
+                "error_field": error.field,
+            },
+        )
         try:
             services = context.request_context.lifespan_context
         except (ValueError, AttributeError):  # called outside a request (tests of the tool itself)
@@ -236,8 +258,9 @@ def unstorable_text(value: Any, path: str = "") -> InvalidInput | None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            return InvalidInput(f"{path or 'arguments'}: contains a lone surrogate (not valid Unicode text)",
-                                field=path or "arguments")
+            return InvalidInput(
+                f"{path or 'arguments'}: contains a lone surrogate (not valid Unicode text)", field=path or "arguments"
+            )
         return None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
@@ -254,8 +277,11 @@ def invalid_from(exc: ValidationError) -> InvalidInput:
     err = exc.errors()[0]
     # pydantic adds the union member it tried ("str", "int", "constrained-str", "list[...]") to the location; the
     # caller named no such thing, so it is left out.
-    parts = [str(p) for p in err["loc"]
-             if isinstance(p, int) or (p not in _UNION_TAGS and "[" not in p and not p.startswith("constrained-"))]
+    parts = [
+        str(p)
+        for p in err["loc"]
+        if isinstance(p, int) or (p not in _UNION_TAGS and "[" not in p and not p.startswith("constrained-"))
+    ]
     field = ".".join(parts) or "arguments"
     return InvalidInput(f"{field}: {err['msg']}", field=field)
 
@@ -270,4 +296,3 @@ def _request_id_of(arguments: dict[str, Any]) -> str | None:
     lineage = arguments.get("request_context")
     value = lineage.get("request_id") if isinstance(lineage, dict) else None
     return value if isinstance(value, str) and 1 <= len(value) <= MAX_REQUEST_ID else None
-

@@ -54,22 +54,22 @@ class Services:
 
     settings: Settings
     database_url: str
-    stdio_principal: Principal | None = None   # the caller when serving stdio (no tokens there)
-    engine: Engine | None = None                # the primary: token checks, health, metrics, the dashboard, bumps
-    read_engine: Engine | None = None           # memory reads on the primary (Reader, when no replica serves)
-    write_engine: Engine | None = None          # accepts and feedback writes only (the primary)
-    plane: ReadPlane | None = None              # where reads go: DATABASE_READ_URL's replicas, else read_engine
+    stdio_principal: Principal | None = None  # the caller when serving stdio (no tokens there)
+    engine: Engine | None = None  # the primary: token checks, health, metrics, the dashboard, bumps
+    read_engine: Engine | None = None  # memory reads on the primary (Reader, when no replica serves)
+    write_engine: Engine | None = None  # accepts and feedback writes only (the primary)
+    plane: ReadPlane | None = None  # where reads go: DATABASE_READ_URL's replicas, else read_engine
     reader: Reader | None = None
     bumper: ReferenceBumper | None = None
-    publisher: Any = None                       # memory_workers.enqueue.Publisher
+    publisher: Any = None  # memory_workers.enqueue.Publisher
     limiter: anyio.CapacityLimiter | None = None
     auth_limiter: anyio.CapacityLimiter | None = None
     write_limiter: anyio.CapacityLimiter | None = None
     read_limiter: anyio.CapacityLimiter | None = None
     batcher: QueryBatcher | None = None
-    reads_in_flight: int = 0                    # admitted reads, waiting or running (touched on the event loop only)
+    reads_in_flight: int = 0  # admitted reads, waiting or running (touched on the event loop only)
     token_limits: TokenLimits | None = None
-    token_cache: Any = None                     # memory_api.server.TokenCache (a purge evicts its tenant)
+    token_cache: Any = None  # memory_api.server.TokenCache (a purge evicts its tenant)
 
     def __post_init__(self) -> None:
         if self.token_limits is None:
@@ -80,39 +80,75 @@ class Services:
         from shared.embedding import get_query_embedder, get_token_counter
 
         dead_client = self.settings.dead_client_timeout_seconds
-        self.engine = db.make_engine(self.database_url, pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S,
-                                     max_overflow=DB_THREADS + AUTH_THREADS - POOL_SIZE,
-                                     dead_client_timeout_s=dead_client)
+        self.engine = db.make_engine(
+            self.database_url,
+            pool_size=POOL_SIZE,
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            max_overflow=DB_THREADS + AUTH_THREADS - POOL_SIZE,
+            dead_client_timeout_s=dead_client,
+        )
         # Memory reads fail open, so their connections are not pinged on checkout (a round trip per read): a dead
         # one degrades one read and the pool replaces it. Everything else keeps the ping.
-        self.read_engine = db.make_engine(self.database_url, pool_size=self.settings.api.read_threads,
-                                          connect_timeout_s=CONNECT_TIMEOUT_S, pre_ping=False,
-                                          dead_client_timeout_s=dead_client)
-        self.write_engine = db.make_engine(self.database_url, pool_size=WRITE_POOL_SIZE,
-                                           connect_timeout_s=CONNECT_TIMEOUT_S, dead_client_timeout_s=dead_client)
+        self.read_engine = db.make_engine(
+            self.database_url,
+            pool_size=self.settings.api.read_threads,
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            pre_ping=False,
+            dead_client_timeout_s=dead_client,
+        )
+        self.write_engine = db.make_engine(
+            self.database_url,
+            pool_size=WRITE_POOL_SIZE,
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            dead_client_timeout_s=dead_client,
+        )
         replicas = self.settings.replicas
-        self.plane = ReadPlane(primary=self.read_engine, replica_urls=self.settings.read_urls,
-                               max_lag_s=replicas.max_lag_seconds, check_interval_s=replicas.check_interval_seconds,
-                               pool_size=POOL_SIZE, connect_timeout_s=CONNECT_TIMEOUT_S)
+        self.plane = ReadPlane(
+            primary=self.read_engine,
+            replica_urls=self.settings.read_urls,
+            max_lag_s=replicas.max_lag_seconds,
+            check_interval_s=replicas.check_interval_seconds,
+            pool_size=POOL_SIZE,
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+        )
         self.plane.start()
         embedder = get_query_embedder()
         cfg = self.settings.embedding
-        self.batcher = QueryBatcher(embedder.embed, version=embedder.version.revision,
-                                    max_wait_s=cfg.query_batch_wait_ms / 1000, cache_ttl_s=cfg.query_cache_ttl_s)
+        self.batcher = QueryBatcher(
+            embedder.embed,
+            version=embedder.version.revision,
+            max_wait_s=cfg.query_batch_wait_ms / 1000,
+            cache_ttl_s=cfg.query_cache_ttl_s,
+        )
         self.bumper = ReferenceBumper(self.engine)  # bumps are writes: the primary
-        self.reader = Reader(engine=self.read_engine, settings=self.settings, embed=self.batcher.embed_one,
-                             count_tokens=get_token_counter().count_many, bumper=self.bumper, plane=self.plane,
-                             embed_later=self.batcher.submit)
+        self.reader = Reader(
+            engine=self.read_engine,
+            settings=self.settings,
+            embed=self.batcher.embed_one,
+            count_tokens=get_token_counter().count_many,
+            bumper=self.bumper,
+            plane=self.plane,
+            embed_later=self.batcher.submit,
+        )
         self.publisher = _publisher(self.settings)
         if self.stdio_principal is not None:
             with db.unit_of_work(self.engine) as conn:
                 ensure_tenant(conn, tenant_id=self.stdio_principal.tenant_id)
-        log.info("front resources ready", extra={"pool_size": POOL_SIZE, "db_threads": DB_THREADS,
-                                                 "replicas": [r.label for r in self.plane.replicas]})
+        log.info(
+            "front resources ready",
+            extra={
+                "pool_size": POOL_SIZE,
+                "db_threads": DB_THREADS,
+                "replicas": [r.label for r in self.plane.replicas],
+            },
+        )
 
     def close(self) -> None:
-        for closer in (getattr(self.publisher, "close", None), self.bumper and self.bumper.close,
-                       self.plane and self.plane.close):
+        for closer in (
+            getattr(self.publisher, "close", None),
+            self.bumper and self.bumper.close,
+            self.plane and self.plane.close,
+        ):
             if closer is not None:
                 try:
                     closer()
@@ -137,8 +173,9 @@ class Services:
         finally:
             await anyio.to_thread.run_sync(self.close)
 
-    async def in_thread(self, fn: Callable[[], T], *, deadline: float, late: str = "",
-                        limiter: anyio.CapacityLimiter | None = None) -> T:
+    async def in_thread(
+        self, fn: Callable[[], T], *, deadline: float, late: str = "", limiter: anyio.CapacityLimiter | None = None
+    ) -> T:
         """Blocking work in a worker thread, abandoned after ``deadline`` seconds: a caller never hangs.
 
         ``late`` is added to the Unavailable message when the deadline passes (what the caller should know).
@@ -147,8 +184,9 @@ class Services:
         assert self.limiter is not None, "Services.lifespan has not run"
         try:
             with anyio.fail_after(deadline):
-                return await anyio.to_thread.run_sync(_classified(fn), abandon_on_cancel=True,
-                                                      limiter=limiter or self.limiter)
+                return await anyio.to_thread.run_sync(
+                    _classified(fn), abandon_on_cancel=True, limiter=limiter or self.limiter
+                )
         except TimeoutError:
             raise Unavailable(f"database did not answer within {deadline:.1f}s{late}") from None
 
@@ -196,4 +234,5 @@ def _classified(fn: Callable[[], T]) -> Callable[[], T]:
             if error is None:
                 raise
             raise error from exc
+
     return run

@@ -14,7 +14,16 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from memory_api.tools import access
 from memory_api.tools.params import (
-    Butler, Content, EpisodeItem, IdempotencyKey, Importance, Lineage, OccurredAt, Permanence, Tags, WriteScope,
+    Butler,
+    Content,
+    EpisodeItem,
+    IdempotencyKey,
+    Importance,
+    Lineage,
+    OccurredAt,
+    Permanence,
+    Tags,
+    WriteScope,
 )
 from memory_api.tools.results import AcceptedItem, BatchAccepted, WriteAccepted
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
@@ -46,14 +55,21 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
 
     def work() -> list[Accepted]:
         # The second try finds the first writer's row (a replay, or a conflict); a third race is not worth waiting.
-        retrying = Retrying(retry=retry_if_exception_type(intake.ConcurrentReplay), stop=stop_after_attempt(2),
-                            reraise=True)
+        retrying = Retrying(
+            retry=retry_if_exception_type(intake.ConcurrentReplay), stop=stop_after_attempt(2), reraise=True
+        )
         try:
             for attempt in retrying:
                 with attempt:
                     with unit_of_work(engine) as conn:
-                        accepted = intake.accept(conn, tenant_id=call.tenant, writes=writes, actor=actor,
-                                                 request_id=call.request_id, trace_context=trace_context)
+                        accepted = intake.accept(
+                            conn,
+                            tenant_id=call.tenant,
+                            writes=writes,
+                            actor=actor,
+                            request_id=call.request_id,
+                            trace_context=trace_context,
+                        )
                     call.wrote(a.id for a in accepted)  # memory_get of these ids reads where the intents are
                     return accepted
         except intake.ConcurrentReplay:
@@ -71,36 +87,59 @@ def _wake(call: Call, butler: str) -> None:
     try:
         call.services.publisher.wake_apply(call.tenant, butler)
     except Exception:  # noqa: BLE001
-        log.warning("wake-up not published", exc_info=True,
-                    extra={"tenant": call.tenant, "butler": butler, "request_id": call.request_id})
+        log.warning(
+            "wake-up not published",
+            exc_info=True,
+            extra={"tenant": call.tenant, "butler": butler, "request_id": call.request_id},
+        )
 
 
-def _request(call: Call, kind: str, write: BaseModel, butler: str, key: str | None,
-             key_field: str = "idempotency_key") -> WriteRequest:
+def _request(
+    call: Call, kind: str, write: BaseModel, butler: str, key: str | None, key_field: str = "idempotency_key"
+) -> WriteRequest:
     """The write as it may be stored: redacted and, for a listed predicate, sealed (before the outbox row). A replay
     is matched on what the caller sent: sealing draws a fresh nonce, and a policy may change between two tries."""
     settings = call.services.settings
-    stored = protection.protect(write, tenant_id=call.tenant, redaction=settings.redaction,
-                                encryption=settings.encryption)
-    return WriteRequest(kind=kind, butler=butler, payload=stored.model_dump(mode="json"), idempotency_key=key,
-                        key_field=key_field, payload_hash=intake.payload_hash(kind, write.model_dump(mode="json")))
+    stored = protection.protect(
+        write, tenant_id=call.tenant, redaction=settings.redaction, encryption=settings.encryption
+    )
+    return WriteRequest(
+        kind=kind,
+        butler=butler,
+        payload=stored.model_dump(mode="json"),
+        idempotency_key=key,
+        key_field=key_field,
+        payload_hash=intake.payload_hash(kind, write.model_dump(mode="json")),
+    )
 
 
 async def _store_one(call: Call, kind: str, write: BaseModel, butler: str, key: str | None) -> WriteAccepted:
     request = _request(call, kind, write, butler, key)
     (accepted,) = await _accept(call, [request], actor=butler)
     if accepted.kind != kind:
-        raise IdempotencyConflict(f"idempotency_key: already used for a {accepted.kind} ({accepted.id})",
-                                  field="idempotency_key")
-    return WriteAccepted(type=kind, id=str(accepted.id), butler=accepted.butler, idempotency_key=key,
-                         replayed=accepted.replayed, request_id=call.request_id)
+        raise IdempotencyConflict(
+            f"idempotency_key: already used for a {accepted.kind} ({accepted.id})", field="idempotency_key"
+        )
+    return WriteAccepted(
+        type=kind,
+        id=str(accepted.id),
+        butler=accepted.butler,
+        idempotency_key=key,
+        replayed=accepted.replayed,
+        request_id=call.request_id,
+    )
 
 
 @tool_call
 async def memory_store_episode(
-    ctx: Context, content: Content, butler: Butler, session_id: uuid.UUID | None = None,
-    importance: Importance | None = None, occurred_at: OccurredAt | None = None,
-    idempotency_key: IdempotencyKey | None = None, request_context: Lineage | None = None,
+    ctx: Context,
+    content: Content,
+    butler: Butler,
+    session_id: uuid.UUID | None = None,
+    importance: Importance | None = None,
+    occurred_at: OccurredAt | None = None,
+    idempotency_key: IdempotencyKey | None = None,
+    request_context: Lineage | None = None,
 ) -> WriteAccepted:
     """Store a raw episode: what happened in a session, in plain language ("User asked to move the dentist to a
     morning slot"). Call it at the end of a session (the butler daemon usually does) or when something notable
@@ -111,21 +150,34 @@ async def memory_store_episode(
     access.require_butler(call.principal, butler)
     _check_size(call, "content", content)
     check_occurred_at(occurred_at, now=utcnow())
-    write = parse(EpisodeWrite, _given(content=content, butler=butler, session_id=session_id, importance=importance,
-                                       occurred_at=occurred_at))
+    write = parse(
+        EpisodeWrite,
+        _given(content=content, butler=butler, session_id=session_id, importance=importance, occurred_at=occurred_at),
+    )
     return await _store_one(call, "episode", write, butler, idempotency_key)
 
 
 @tool_call
 async def memory_store_fact(
-    ctx: Context, subject: Annotated[str, SUBJECT, Field(description="Who or what the fact is about, e.g. 'user'.")],
+    ctx: Context,
+    subject: Annotated[str, SUBJECT, Field(description="Who or what the fact is about, e.g. 'user'.")],
     predicate: Annotated[str, SUBJECT, Field(description="The property, e.g. 'favorite_color' or 'allergy'.")],
-    content: Content, importance: Importance | None = None,
-    permanence: Annotated[Permanence, Field(description=(
-        "How fast confidence decays: permanent (identity, medical), stable (~1 y), standard (~3 months, default), "
-        "volatile (~3 weeks), ephemeral (~1 week)."))] | None = None,
-    scope: WriteScope | None = None, tags: Tags | None = None,
-    idempotency_key: IdempotencyKey | None = None, request_context: Lineage | None = None,
+    content: Content,
+    importance: Importance | None = None,
+    permanence: Annotated[
+        Permanence,
+        Field(
+            description=(
+                "How fast confidence decays: permanent (identity, medical), stable (~1 y), standard (~3 months, default), "
+                "volatile (~3 weeks), ephemeral (~1 week)."
+            )
+        ),
+    ]
+    | None = None,
+    scope: WriteScope | None = None,
+    tags: Tags | None = None,
+    idempotency_key: IdempotencyKey | None = None,
+    request_context: Lineage | None = None,
 ) -> WriteAccepted:
     """Store a fact you learned mid-session ("user / favorite_color / The user's favorite color is green").
     A newer fact with the same subject and predicate in the same scope supersedes the older one automatically,
@@ -133,16 +185,30 @@ async def memory_store_fact(
     (memory_get says "pending" until then)."""
     call = current_call()
     _check_size(call, "content", content)
-    write = parse(FactWrite, _given(subject=subject, predicate=predicate, content=content, importance=importance,
-                                    permanence=permanence, scope=scope, tags=tags))
+    write = parse(
+        FactWrite,
+        _given(
+            subject=subject,
+            predicate=predicate,
+            content=content,
+            importance=importance,
+            permanence=permanence,
+            scope=scope,
+            tags=tags,
+        ),
+    )
     butler = access.shard_butler(call.principal, write.scope)
     return await _store_one(call, "fact", write, butler, idempotency_key)
 
 
 @tool_call
 async def memory_store_rule(
-    ctx: Context, content: Content, scope: WriteScope | None = None, tags: Tags | None = None,
-    idempotency_key: IdempotencyKey | None = None, request_context: Lineage | None = None,
+    ctx: Context,
+    content: Content,
+    scope: WriteScope | None = None,
+    tags: Tags | None = None,
+    idempotency_key: IdempotencyKey | None = None,
+    request_context: Lineage | None = None,
 ) -> WriteAccepted:
     """Store a behavioural rule you discovered ("Always confirm before sending outbound messages"). New rules
     start as candidates and earn trust through memory_mark_helpful / memory_mark_harmful. Returns status
@@ -157,8 +223,15 @@ async def memory_store_rule(
 @tool_call
 async def memory_ingest_batch(
     ctx: Context,
-    episodes: Annotated[list[EpisodeItem], Field(min_length=1, description=(
-        "Episodes to store, each {content, butler, session_id?, importance?, occurred_at?, idempotency_key?}."))],
+    episodes: Annotated[
+        list[EpisodeItem],
+        Field(
+            min_length=1,
+            description=(
+                "Episodes to store, each {content, butler, session_id?, importance?, occurred_at?, idempotency_key?}."
+            ),
+        ),
+    ],
     request_context: Lineage | None = None,
 ) -> BatchAccepted:
     """Store many episodes in one call (bulk import, or a daemon flushing a queue): all are accepted together
@@ -172,10 +245,13 @@ async def memory_ingest_batch(
     accepted = await _accept(call, requests, actor=call.principal.default_butler)
     for i, a in enumerate(accepted):
         if a.kind != "episode":
-            raise IdempotencyConflict(f"episodes.{i}.idempotency_key: already used for a {a.kind}",
-                                      field=f"episodes.{i}.idempotency_key")
-    items = [AcceptedItem(id=str(a.id), butler=a.butler, idempotency_key=a.idempotency_key, replayed=a.replayed)
-             for a in accepted]
+            raise IdempotencyConflict(
+                f"episodes.{i}.idempotency_key: already used for a {a.kind}", field=f"episodes.{i}.idempotency_key"
+            )
+    items = [
+        AcceptedItem(id=str(a.id), butler=a.butler, idempotency_key=a.idempotency_key, replayed=a.replayed)
+        for a in accepted
+    ]
     return BatchAccepted(count=len(items), items=items, request_id=call.request_id)
 
 
@@ -184,9 +260,18 @@ def _episode_request(call: Call, index: int, item: EpisodeItem) -> WriteRequest:
     _check_size(call, f"episodes.{index}.content", item.content)
     check_occurred_at(item.occurred_at, now=utcnow(), field=f"episodes.{index}.occurred_at")
     try:
-        write = parse(EpisodeWrite, _given(content=item.content, butler=item.butler, session_id=item.session_id,
-                                           importance=item.importance, occurred_at=item.occurred_at))
+        write = parse(
+            EpisodeWrite,
+            _given(
+                content=item.content,
+                butler=item.butler,
+                session_id=item.session_id,
+                importance=item.importance,
+                occurred_at=item.occurred_at,
+            ),
+        )
     except InvalidInput as exc:
         raise InvalidInput(f"episodes.{index}.{exc.message}", field=f"episodes.{index}.{exc.field}") from None
-    return _request(call, "episode", write, item.butler, item.idempotency_key,
-                    key_field=f"episodes.{index}.idempotency_key")
+    return _request(
+        call, "episode", write, item.butler, item.idempotency_key, key_field=f"episodes.{index}.idempotency_key"
+    )

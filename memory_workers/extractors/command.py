@@ -38,8 +38,14 @@ class CommandExtractor:
         try:
             # A session of its own, so a timeout can kill the command together with anything it spawned.
             proc = subprocess.Popen(
-                self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, encoding="utf-8", errors="replace", start_new_session=True,
+                self._command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                start_new_session=True,
             )
         except OSError as exc:
             raise ExtractionError(f"{self._label}: cannot start {self._command[0]!r}: {exc.strerror or exc}") from None

@@ -67,13 +67,17 @@ _MAX_SENTENCE = 600
 _SPLIT = re.compile(r"(?<=[.!?])\s+|\n+|\s+-{1,2}\s+|;\s+")
 _ABBREVIATION = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|Prof|St|Mt|Jr|Sr|vs|etc|e\.g|i\.e)\.$")
 _LIST_SPLIT = re.compile(r"\s*,\s*(?:and\s+|or\s+)?|\s+(?:and|or|&)\s+", re.IGNORECASE)
-_GENERAL = re.compile(r"\b(?:always|never|every\s+time|whenever|from\s+now\s+on|in\s+(?:the\s+)?future|"
-                      r"going\s+forward|by\s+default)\b", re.IGNORECASE)
+_GENERAL = re.compile(
+    r"\b(?:always|never|every\s+time|whenever|from\s+now\s+on|in\s+(?:the\s+)?future|"
+    r"going\s+forward|by\s+default)\b",
+    re.IGNORECASE,
+)
 # A rule tells the butler how to act for the user: "I ..." describes the speaker, "your inbox" advises the user,
 # "again" scolds one answer.
 _NOT_FOR_THE_BUTLER = re.compile(
     r"\b(?:I|I'm|I'll|I've|I'd|your(?!\s+(?:answers|replies|responses|messages|summaries))|yours|yourself|again)\b",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 # A reason after the instruction is not part of it: "Always answer in metric units, I never think in miles."
 _REASON = re.compile(r"(?:,|\s+-+|;)\s+(?:I|I'm|I've|as|since|because|it's)\b.*$", re.IGNORECASE)
 _ENDS_VAGUE = frozenset({"it", "that", "this", "them", "so", "there", "too"})
@@ -90,8 +94,12 @@ _SECOND_PERSON = (
     (re.compile(r"\byour\b", re.IGNORECASE), "my"),
     (re.compile(r"\byou\b", re.IGNORECASE), "I"),
 )
-_TYPOS = ((re.compile(r"\bim\b"), "I'm"), (re.compile(r"\bi\b"), "I"), (re.compile(r"\bdont\b"), "don't"),
-          (re.compile(r"\bive\b"), "I've"))
+_TYPOS = (
+    (re.compile(r"\bim\b"), "I'm"),
+    (re.compile(r"\bi\b"), "I"),
+    (re.compile(r"\bdont\b"), "don't"),
+    (re.compile(r"\bive\b"), "I've"),
+)
 
 USER = "user"
 _CUT_WORD = re.compile(r"[.'’-]\w")
@@ -141,7 +149,7 @@ def turns(content: str) -> Iterator[_Turn]:
             key = who.casefold()
             assistant = key in ASSISTANT_SPEAKERS or key in ROLE_SPEAKERS
             speaker = USER if key in USER_SPEAKERS or assistant else who
-            lines = [line[match.end():]]
+            lines = [line[match.end() :]]
         else:
             lines.append(line)
     if lines:
@@ -186,13 +194,17 @@ class _Subjects:
     def introduced(text: str) -> set[str]:
         """The people a text introduces: relatives named with their relation, people who say or do things."""
         return {m.group("who") or m.group("who2") for m in RELATIVE.finditer(text)} | {
-            m.group("who") for m in REPORTING.finditer(text)}
+            m.group("who") for m in REPORTING.finditer(text)
+        }
 
     def mentions(self, sentence: str) -> list[tuple[int, str]]:
         """(position, entity) of every person the sentence names, in order."""
         found = [(m.start(), USER) for m in THE_USER.finditer(sentence)]
-        found += [(m.start(), m.group("who")) for m in REPORTING.finditer(sentence)
-                  if m.group("who").split()[0].casefold() not in NOT_A_NAME]
+        found += [
+            (m.start(), m.group("who"))
+            for m in REPORTING.finditer(sentence)
+            if m.group("who").split()[0].casefold() not in NOT_A_NAME
+        ]
         found += [(m.start(), m.group("who") or m.group("who2")) for m in RELATIVE.finditer(sentence)]
         return sorted(found)
 
@@ -246,6 +258,7 @@ def _clauses(sentence: str, turn: _Turn, subjects: _Subjects) -> Iterator[tuple[
     elif found:
         subjects.last = found[-1][1]
 
+
 def _facts(entity: str, pattern: FactPattern, match: re.Match[str]) -> Iterator[_Candidate]:
     groups = {k: " ".join((v or "").split()) for k, v in match.groupdict().items()}
     if pattern.predicate == "relationship":
@@ -273,9 +286,13 @@ def _facts(entity: str, pattern: FactPattern, match: re.Match[str]) -> Iterator[
             if n == 0:
                 return  # a list whose head is not a thing ("how you've ... and given ...") is not a list of things
             continue
-        fill = {**groups, "v": _OWNER.sub("their", value), "S": _display(entity),
-                "when": " " + groups["when"] if groups.get("when") else "",
-                "a": groups["a"] + " " if groups.get("a") else ""}
+        fill = {
+            **groups,
+            "v": _OWNER.sub("their", value),
+            "S": _display(entity),
+            "when": " " + groups["when"] if groups.get("when") else "",
+            "a": groups["a"] + " " if groups.get("a") else "",
+        }
         content = pattern.content.format_map(fill)
         if pattern.kind:
             predicate = f"favorite_{slug(groups[pattern.kind]) or 'thing'}"
@@ -296,7 +313,7 @@ def _rule_in(sentence: str) -> str | None:
         x, c, y = (" ".join(preference.group(g).split()) for g in ("x", "c", "y"))
         return _clean_rule(f"User prefers {x} {c} {y}")
     reported = REPORTED.search(sentence)
-    text = _REASON.sub("", (sentence[reported.end():] if reported else sentence).strip(" \"'“”‘’"))
+    text = _REASON.sub("", (sentence[reported.end() :] if reported else sentence).strip(" \"'“”‘’"))
     if not any(shape.search(text) for shape in RULE_SHAPES):
         return None
     general = _GENERAL.search(text)
@@ -310,8 +327,12 @@ def _clean_rule(text: str) -> str | None:
     text = text.strip(" \"'“”‘’.!;:,")
     words = re.findall(r"[\w']+", text.casefold())
     main = _CONDITION.sub("", text)  # "When I ask for a recipe, list ..." is about the butler's action
-    if not 3 <= len(words) <= 40 or words[-1] in _ENDS_VAGUE or _NOT_FOR_THE_BUTLER.search(main) or \
-            _DEICTIC.search(text):
+    if (
+        not 3 <= len(words) <= 40
+        or words[-1] in _ENDS_VAGUE
+        or _NOT_FOR_THE_BUTLER.search(main)
+        or _DEICTIC.search(text)
+    ):
         return None
     return (text[:1].upper() + text[1:])[:2000].strip()
 
@@ -355,8 +376,9 @@ class HeuristicExtractor:
         known_people = {f.subject for f in request.facts if f.subject != USER}
         for episode in sorted(request.episodes, key=lambda e: (e.created_at, e.seq)):
             episode_turns = list(turns(episode.content))
-            subjects = _Subjects(known_people | _Subjects.introduced(episode.content)
-                                 | {t.speaker for t in episode_turns})
+            subjects = _Subjects(
+                known_people | _Subjects.introduced(episode.content) | {t.speaker for t in episode_turns}
+            )
             for turn in episode_turns:
                 if turn.assistant and not CONFIRMING.search(turn.text):
                     continue
@@ -364,8 +386,9 @@ class HeuristicExtractor:
                     self._sentence(sentence, turn, subjects, batch, episode.id, episode.butler or request.butler)
         return validate_extraction(_reconcile(batch, request).model_dump(), request)
 
-    def _sentence(self, sentence: str, turn: _Turn, subjects: _Subjects, batch: _Batch, episode_id: str,
-                  butler: str) -> None:
+    def _sentence(
+        self, sentence: str, turn: _Turn, subjects: _Subjects, batch: _Batch, episode_id: str, butler: str
+    ) -> None:
         for typo, fixed in _TYPOS:
             sentence = typo.sub(fixed, sentence)
         if turn.assistant:  # only what it says back about the user ("you're allergic..."), as the user's
@@ -382,7 +405,7 @@ class HeuristicExtractor:
             aux = (match.groupdict().get("aux") or "") + (match.groupdict().get("neg") or "")
             if MODAL.search(aux):
                 continue
-            if NEGATION.search(aux) or NEGATION.search(sentence[max(0, match.start() - 12):match.start()]):
+            if NEGATION.search(aux) or NEGATION.search(sentence[max(0, match.start() - 12) : match.start()]):
                 if LONGER.search(sentence) or "no longer" in aux.casefold():
                     value = match.groupdict().get("v") or match.groupdict().get("lv") or ""
                     batch.retractions.append((entity, pattern.predicate, value, sentence, episode_id))
@@ -419,8 +442,9 @@ def _reconcile(batch: _Batch, request: ExtractionRequest) -> Extraction:
     return Extraction(facts=facts, rules=rules, confirmations=confirmations, contradictions=contradictions)
 
 
-def _new_facts(batch: _Batch, request: ExtractionRequest,
-               confirmed: dict[tuple[str | None, str | None], list[str]]) -> Iterator[NewFact]:
+def _new_facts(
+    batch: _Batch, request: ExtractionRequest, confirmed: dict[tuple[str | None, str | None], list[str]]
+) -> Iterator[NewFact]:
     """The batch's facts that are news; one already known with the same content is added to ``confirmed``."""
     known: dict[tuple[str, str], KnownFact] = {}
     for fact in request.facts:
@@ -431,15 +455,20 @@ def _new_facts(batch: _Batch, request: ExtractionRequest,
             confirmed.setdefault((same.id, None), []).extend(found.sources)
             continue
         opposite = OPPOSITES.get(found.base)
-        replaced = same or (opposite and known.get((subject, opposite + predicate[len(found.base):])))
+        replaced = same or (opposite and known.get((subject, opposite + predicate[len(found.base) :])))
         spec = PREDICATES[found.base]
         permanence = spec.permanence
         if found.base == "relationship" and not FAMILY_WORDS.match(found.content.rsplit(" ", 1)[-1]):
             permanence = "stable"
         yield NewFact(
-            subject=found.subject, predicate=found.predicate, content=found.content[:2000],
-            permanence=permanence, importance=spec.importance, scope=request.butler,
-            source_episode_ids=found.sources, supersedes_fact_id=replaced.id if replaced else None,
+            subject=found.subject,
+            predicate=found.predicate,
+            content=found.content[:2000],
+            permanence=permanence,
+            importance=spec.importance,
+            scope=request.butler,
+            source_episode_ids=found.sources,
+            supersedes_fact_id=replaced.id if replaced else None,
         )
 
 
@@ -452,5 +481,4 @@ def _contradictions(batch: _Batch, known: list[KnownFact]) -> Iterator[Contradic
                 continue
             single = not PREDICATES[base].multi
             if (single and not said) or (said and f" {said} " in f" {_norm(fact.content)} "):
-                yield Contradiction(fact_id=fact.id, source_episode_ids=[episode_id],
-                                    note=f"Episode says: {sentence}")
+                yield Contradiction(fact_id=fact.id, source_episode_ids=[episode_id], note=f"Episode says: {sentence}")

@@ -48,7 +48,9 @@ class OpenAIExtractor:
             "response_format": {
                 "type": "json_schema",
                 "json_schema": {"name": "extraction", "schema": EXTRACTION_JSON_SCHEMA, "strict": True},
-            } if self._format == "json_schema" else {"type": "json_object", "schema": EXTRACTION_JSON_SCHEMA},
+            }
+            if self._format == "json_schema"
+            else {"type": "json_object", "schema": EXTRACTION_JSON_SCHEMA},
         }
         try:
             response = self._client.post(self._url, json=body)

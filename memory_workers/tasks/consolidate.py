@@ -31,7 +31,14 @@ from memory_workers.tasks import Embedder, KeyRunSummary, runtime, worker_name
 from shared import telemetry, tracing
 from shared.config import Settings
 from shared.consolidation import (
-    Failure, RunContext, StaleBatch, apply_run, describe_error, fetch_batch, has_due, key_lock,
+    Failure,
+    RunContext,
+    StaleBatch,
+    apply_run,
+    describe_error,
+    fetch_batch,
+    has_due,
+    key_lock,
 )
 from shared.consolidation_plan import Batch, DueEpisode, Plan, plan_extraction
 from shared.db import unit_of_work
@@ -56,8 +63,15 @@ def _utcnow() -> datetime:
 def consolidate(self: Any, tenant_id: str, butler: str) -> dict[str, Any]:
     """Consolidate the key's due episodes; re-enqueue itself while some remain."""
     rt = runtime()
-    summary = consolidate_key(rt.engine, extractor=rt.extractor, embedder=rt.embedder, settings=rt.settings,
-                              tenant_id=tenant_id, butler=butler, worker=worker_name(self.request.hostname))
+    summary = consolidate_key(
+        rt.engine,
+        extractor=rt.extractor,
+        embedder=rt.embedder,
+        settings=rt.settings,
+        tenant_id=tenant_id,
+        butler=butler,
+        worker=worker_name(self.request.hostname),
+    )
     log.info("consolidated", extra={"tenant_id": tenant_id, "butler": butler, **summary.as_dict()})
     if summary.more:
         try:
@@ -68,9 +82,18 @@ def consolidate(self: Any, tenant_id: str, butler: str) -> dict[str, Any]:
 
 
 def consolidate_key(
-    engine: Engine, *, extractor: Extractor, embedder: Embedder, settings: Settings, tenant_id: str, butler: str,
-    worker: str, max_batches: int = MAX_BATCHES_PER_TASK, budget_s: float | None = None,
-    clock: Callable[[], datetime] = _utcnow, jitter: Callable[[], float] = random.random,
+    engine: Engine,
+    *,
+    extractor: Extractor,
+    embedder: Embedder,
+    settings: Settings,
+    tenant_id: str,
+    butler: str,
+    worker: str,
+    max_batches: int = MAX_BATCHES_PER_TASK,
+    budget_s: float | None = None,
+    clock: Callable[[], datetime] = _utcnow,
+    jitter: Callable[[], float] = random.random,
 ) -> KeyRunSummary:
     """Consolidate batches of the key while any is due, within ``max_batches`` and ``budget_s`` seconds."""
     if budget_s is None:
@@ -83,13 +106,19 @@ def consolidate_key(
             return summary
         for _ in range(max_batches):
             with unit_of_work(engine) as conn:
-                batch = fetch_batch(conn, tenant_id=tenant_id, butler=butler,
-                                    limit=settings.consolidation.batch_size, now=clock(),
-                                    max_tokens=settings.consolidation.batch_tokens)
+                batch = fetch_batch(
+                    conn,
+                    tenant_id=tenant_id,
+                    butler=butler,
+                    limit=settings.consolidation.batch_size,
+                    now=clock(),
+                    max_tokens=settings.consolidation.batch_tokens,
+                )
             if batch is None:
                 break
-            with tracing.span("memory.consolidate_batch", tenant=tenant_id, butler=butler,
-                              episodes=len(batch.episodes)):
+            with tracing.span(
+                "memory.consolidate_batch", tenant=tenant_id, butler=butler, episodes=len(batch.episodes)
+            ):
                 summary.counts.update({k: v for k, v in runner.run_batch(batch).items() if isinstance(v, int)})
             summary.batches += 1
             if time.monotonic() > runner.deadline:
@@ -135,8 +164,11 @@ class _Runner:
         except StaleBatch:
             pass
         except Exception:  # noqa: BLE001 - the time limit is what the caller must see; this is best effort
-            log.warning("could not record the timed-out attempt", exc_info=True,
-                        extra={"tenant_id": batch.tenant_id, "butler": batch.butler})
+            log.warning(
+                "could not record the timed-out attempt",
+                exc_info=True,
+                extra={"tenant_id": batch.tenant_id, "butler": batch.butler},
+            )
 
     def _run_batch(self, batch: Batch) -> dict[str, Any]:
         active = batch.active
@@ -148,9 +180,16 @@ class _Runner:
         except SoftTimeLimitExceeded:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of the batch is isolated below
-            log.warning("consolidation batch failed; isolating its episodes", extra={
-                "tenant_id": batch.tenant_id, "butler": batch.butler, "episodes": len(batch.episodes),
-                "idempotency_key": batch.idempotency_key, "error": describe_error(exc)})
+            log.warning(
+                "consolidation batch failed; isolating its episodes",
+                extra={
+                    "tenant_id": batch.tenant_id,
+                    "butler": batch.butler,
+                    "episodes": len(batch.episodes),
+                    "idempotency_key": batch.idempotency_key,
+                    "error": describe_error(exc),
+                },
+            )
             plans, failures = self._isolate(batch, active, describe_error(exc))
         try:
             return {**self._apply(batch, plans, failures, isolate=True), "isolated": 1}
@@ -182,19 +221,32 @@ class _Runner:
             outcome = "ok"
         finally:
             telemetry.EXTRACTOR_SECONDS.labels(self.extractor.name, outcome).observe(time.perf_counter() - started)
-        plan = plan_extraction(extraction, batch=batch, episode_ids=[e.id for e in chosen], group=group,
-                               extractor=self.extractor.name,
-                               global_predicates=self.settings.consolidation.global_predicates)
+        plan = plan_extraction(
+            extraction,
+            batch=batch,
+            episode_ids=[e.id for e in chosen],
+            group=group,
+            extractor=self.extractor.name,
+            global_predicates=self.settings.consolidation.global_predicates,
+        )
         # What an extractor writes is redacted (and sealed) as a caller's write is, before it is embedded.
-        return protect_plan(plan, tenant_id=batch.tenant_id, redaction=self.settings.redaction,
-                            encryption=self.settings.encryption)
+        return protect_plan(
+            plan, tenant_id=batch.tenant_id, redaction=self.settings.redaction, encryption=self.settings.encryption
+        )
 
     def _apply(self, batch: Batch, plans: list[Plan], failures: list[Failure], *, isolate: bool) -> dict[str, Any]:
         texts = [t for plan in plans for t in plan.texts()]
         # One model call for everything the batch creates.
         vectors = self.embedder.embed(texts) if texts else np.zeros((0, 384), dtype=np.float32)
-        ctx = RunContext(settings=self.settings, worker=self.worker, extractor=self.extractor.name,
-                         embedding=self.embedder.version, now=self.clock(), jitter=self.jitter)
+        ctx = RunContext(
+            settings=self.settings,
+            worker=self.worker,
+            extractor=self.extractor.name,
+            embedding=self.embedder.version,
+            now=self.clock(),
+            jitter=self.jitter,
+        )
         with unit_of_work(self.engine) as conn:
-            return apply_run(conn, batch=batch, plans=plans, vectors=vectors, failures=failures, ctx=ctx,
-                             isolate=isolate)
+            return apply_run(
+                conn, batch=batch, plans=plans, vectors=vectors, failures=failures, ctx=ctx, isolate=isolate
+            )

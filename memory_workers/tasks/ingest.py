@@ -74,8 +74,9 @@ def _wake(wake: Any, rt: Runtime, tenant_id: str, butler: str, **options: Any) -
         log.warning("wake-up not sent", extra={"tenant_id": tenant_id, "butler": butler, "error": exc.message})
 
 
-def apply_pending(rt: Runtime, *, tenant_id: str, butler: str, actor: Actor,
-                  max_batches: int = MAX_BATCHES_PER_TASK) -> KeyRunSummary:
+def apply_pending(
+    rt: Runtime, *, tenant_id: str, butler: str, actor: Actor, max_batches: int = MAX_BATCHES_PER_TASK
+) -> KeyRunSummary:
     """Apply batches until one comes back short; ``more`` is set if pending intents remain afterwards."""
     summary = KeyRunSummary()
     limit = rt.settings.workers.ingest_batch_size
@@ -96,8 +97,9 @@ def apply_pending(rt: Runtime, *, tenant_id: str, butler: str, actor: Actor,
     return summary
 
 
-def _apply_round(rt: Runtime, *, tenant_id: str, butler: str, limit: int, actor: Actor,
-                 summary: KeyRunSummary) -> int | None:
+def _apply_round(
+    rt: Runtime, *, tenant_id: str, butler: str, limit: int, actor: Actor, summary: KeyRunSummary
+) -> int | None:
     """One batch in one transaction; None if another worker holds the key. A failed batch is retried singly."""
     started = tracing.now_ns()
     try:
@@ -113,13 +115,16 @@ def _apply_round(rt: Runtime, *, tenant_id: str, butler: str, limit: int, actor:
     except SoftTimeLimitExceeded:
         raise
     except Exception as exc:  # noqa: BLE001 - isolate whatever broke the batch (e.g. the embedder) to one intent
-        log.warning("batch failed; applying its intents one at a time",
-                    extra={"tenant_id": tenant_id, "butler": butler, "batch": limit, "error": describe_error(exc)})
+        log.warning(
+            "batch failed; applying its intents one at a time",
+            extra={"tenant_id": tenant_id, "butler": butler, "batch": limit, "error": describe_error(exc)},
+        )
         if limit == 1:
             return _fail_oldest(rt, tenant_id=tenant_id, butler=butler, exc=exc, summary=summary)
         done = 0
-        while done < limit and _apply_round(rt, tenant_id=tenant_id, butler=butler, limit=1, actor=actor,
-                                            summary=summary):
+        while done < limit and _apply_round(
+            rt, tenant_id=tenant_id, butler=butler, limit=1, actor=actor, summary=summary
+        ):
             done += 1
         return done
     summary.counts.update(counts)  # counted once committed
@@ -139,12 +144,19 @@ def _fail_oldest(rt: Runtime, *, tenant_id: str, butler: str, exc: Exception, su
 
 
 def _try_lock(conn: Connection, tenant_id: str, butler: str) -> bool:
-    return conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"),
-                        {"k": apply_lock_key(tenant_id, butler)}).scalar_one()
+    return conn.execute(
+        text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": apply_lock_key(tenant_id, butler)}
+    ).scalar_one()
 
 
-def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping], actor: Actor,
-                outcomes: dict[Any, str] | None = None) -> Counter[str]:
+def apply_batch(
+    conn: Connection,
+    rt: Runtime,
+    *,
+    intents: Sequence[RowMapping],
+    actor: Actor,
+    outcomes: dict[Any, str] | None = None,
+) -> Counter[str]:
     """Apply claimed intents (in seq order) inside the caller's transaction; returns counts by outcome.
 
     A failure that will be retried holds its key: whatever came after it is rolled back and stays pending, to
@@ -161,8 +173,9 @@ def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
     held = _first_retried(rt, failures)
     if held is not None and any(i["seq"] > held[0]["seq"] for i in applied):
         savepoint.rollback()
-        counts = apply_batch(conn, rt, intents=[i for i in intents if i["seq"] < held[0]["seq"]], actor=actor,
-                             outcomes=outcome)
+        counts = apply_batch(
+            conn, rt, intents=[i for i in intents if i["seq"] < held[0]["seq"]], actor=actor, outcomes=outcome
+        )
         outcome[held[0]["id"]] = _mark_failed(conn, rt, *held)
         counts[outcome[held[0]["id"]]] += 1
         return counts
@@ -182,13 +195,17 @@ def apply_batch(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
 
 def _first_retried(rt: Runtime, failures: list[tuple[RowMapping, Exception]]) -> tuple[RowMapping, Exception] | None:
     """The earliest failure that will be tried again (not dead-lettered by this failure), if any."""
-    retried = [(i, exc) for i, exc in failures
-               if not isinstance(exc, InvalidInput) and i["attempts"] + 1 < rt.settings.consolidation.max_attempts]
+    retried = [
+        (i, exc)
+        for i, exc in failures
+        if not isinstance(exc, InvalidInput) and i["attempts"] + 1 < rt.settings.consolidation.max_attempts
+    ]
     return min(retried, key=lambda f: f[0]["seq"]) if retried else None
 
 
-def _apply_all(conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping],
-               actor: Actor) -> tuple[list[RowMapping], list[tuple[RowMapping, Exception]]]:
+def _apply_all(
+    conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping], actor: Actor
+) -> tuple[list[RowMapping], list[tuple[RowMapping, Exception]]]:
     """Every intent in its own savepoint (episodes in one statement first); returns (applied, failures)."""
     parsed, failures = [], []
     for intent in intents:
@@ -216,13 +233,15 @@ def _parse(intent: RowMapping) -> Any:
     """The intent's validated write; an episode must belong to the shard key it was accepted under."""
     write = parse(WRITE_MODELS[intent["kind"]], intent["payload"])
     if intent["kind"] == "episode" and write.butler != intent["butler"]:
-        raise InvalidInput(f"butler: payload says {write.butler!r}, the intent's key says {intent['butler']!r}",
-                           field="butler")
+        raise InvalidInput(
+            f"butler: payload says {write.butler!r}, the intent's key says {intent['butler']!r}", field="butler"
+        )
     return write
 
 
-def _insert_episodes(conn: Connection, rt: Runtime, items: list[tuple[RowMapping, Any, np.ndarray]],
-                     version_id: int | None, actor: Actor) -> tuple[list[RowMapping], list[tuple[RowMapping, Exception]]]:
+def _insert_episodes(
+    conn: Connection, rt: Runtime, items: list[tuple[RowMapping, Any, np.ndarray]], version_id: int | None, actor: Actor
+) -> tuple[list[RowMapping], list[tuple[RowMapping, Exception]]]:
     """All episodes in one statement; if that fails, one savepoint each so only the bad ones are refused."""
     if not items:
         return [], []
@@ -241,24 +260,50 @@ def _insert_episodes(conn: Connection, rt: Runtime, items: list[tuple[RowMapping
     return applied, refused
 
 
-def _insert(conn: Connection, rt: Runtime, items: list[tuple[RowMapping, Any, np.ndarray]],
-            version_id: int | None, actor: Actor) -> None:
-    episodes = [NewEpisode(id=i["id"], seq=i["seq"], write=w, request_id=i["request_id"], accepted_at=i["created_at"])
-                for i, w, _ in items]
+def _insert(
+    conn: Connection, rt: Runtime, items: list[tuple[RowMapping, Any, np.ndarray]], version_id: int | None, actor: Actor
+) -> None:
+    episodes = [
+        NewEpisode(id=i["id"], seq=i["seq"], write=w, request_id=i["request_id"], accepted_at=i["created_at"])
+        for i, w, _ in items
+    ]
     tenant_id = items[0][0]["tenant_id"]
-    writes.insert_episodes(conn, tenant_id=tenant_id, episodes=episodes,
-                           vectors=np.stack([v for _, _, v in items]), embedding_version_id=version_id,
-                           ttl_days=rt.settings.memory.episodes.default_ttl_days, actor=actor)
-    conversation.index_episodes(conn, tenant_id=tenant_id, embed=rt.embedder.embed, offsets=word_piece_offsets,
-                                stored=[StoredEpisode(e.id, e.write.butler, e.write.session_id, e.write.content)
-                                        for e in episodes])
+    writes.insert_episodes(
+        conn,
+        tenant_id=tenant_id,
+        episodes=episodes,
+        vectors=np.stack([v for _, _, v in items]),
+        embedding_version_id=version_id,
+        ttl_days=rt.settings.memory.episodes.default_ttl_days,
+        actor=actor,
+    )
+    conversation.index_episodes(
+        conn,
+        tenant_id=tenant_id,
+        embed=rt.embedder.embed,
+        offsets=word_piece_offsets,
+        stored=[StoredEpisode(e.id, e.write.butler, e.write.session_id, e.write.content) for e in episodes],
+    )
 
 
-def _store(conn: Connection, rt: Runtime, intent: RowMapping, write: Any, vector: np.ndarray,
-           version_id: int | None, actor: Actor) -> None:
-    common = {"tenant_id": intent["tenant_id"], "write": write, "vector": vector, "embedding_version_id": version_id,
-              "source_butler": intent["butler"], "actor": Actor(actor.name, intent["request_id"]),
-              "now": intent["created_at"]}
+def _store(
+    conn: Connection,
+    rt: Runtime,
+    intent: RowMapping,
+    write: Any,
+    vector: np.ndarray,
+    version_id: int | None,
+    actor: Actor,
+) -> None:
+    common = {
+        "tenant_id": intent["tenant_id"],
+        "write": write,
+        "vector": vector,
+        "embedding_version_id": version_id,
+        "source_butler": intent["butler"],
+        "actor": Actor(actor.name, intent["request_id"]),
+        "now": intent["created_at"],
+    }
     if intent["kind"] == "fact":
         writes.store_fact(conn, fact_id=intent["id"], **common)
     else:
@@ -269,9 +314,22 @@ def _mark_failed(conn: Connection, rt: Runtime, intent: RowMapping, exc: Excepti
     """Count the failure; a payload that fails validation never will pass, so it is dead-lettered at once."""
     max_attempts = 1 if isinstance(exc, InvalidInput) else rt.settings.consolidation.max_attempts
     workers = rt.settings.workers
-    status = intake.mark_failed(conn, intent_id=intent["id"], error=describe_error(exc), max_attempts=max_attempts,
-                                backoff_base_s=workers.apply_backoff_base_seconds,
-                                backoff_max_s=workers.apply_backoff_max_seconds)
-    log.warning("write intent failed", extra={"intent_id": str(intent["id"]), "kind": intent["kind"],
-                                               "seq": intent["seq"], "status": status, "error": describe_error(exc)})
+    status = intake.mark_failed(
+        conn,
+        intent_id=intent["id"],
+        error=describe_error(exc),
+        max_attempts=max_attempts,
+        backoff_base_s=workers.apply_backoff_base_seconds,
+        backoff_max_s=workers.apply_backoff_max_seconds,
+    )
+    log.warning(
+        "write intent failed",
+        extra={
+            "intent_id": str(intent["id"]),
+            "kind": intent["kind"],
+            "seq": intent["seq"],
+            "status": status,
+            "error": describe_error(exc),
+        },
+    )
     return "dead_letter" if status == "dead_letter" else "retry"

@@ -15,7 +15,14 @@ from typing import Any
 from memory_workers.app import app
 from memory_workers.enqueue import wake_apply, wake_consolidate
 from memory_workers.schedule import (
-    BACKLOG_TRIGGER, CONSOLIDATE_ALL, DECAY_SWEEP, EPISODE_CLEANUP, EVENT_PARTITIONS, PUBLISHED_AT_HEADER, REDELIVERY_SWEEP, tick_id,
+    BACKLOG_TRIGGER,
+    CONSOLIDATE_ALL,
+    DECAY_SWEEP,
+    EPISODE_CLEANUP,
+    EVENT_PARTITIONS,
+    PUBLISHED_AT_HEADER,
+    REDELIVERY_SWEEP,
+    tick_id,
 )
 from memory_workers.tasks import Runtime, runtime
 from shared import intake, maintenance, stats
@@ -92,8 +99,12 @@ def _redelivery_sweep(rt: Runtime, now: datetime) -> dict[str, Any]:
         stuck = stats.backlog_keys(conn, now=now, min_eligible=None, pending_before=now - STUCK_PENDING)
     applied = wake_all(wake_apply, intents, rt)
     consolidated = wake_all(wake_consolidate, stuck, rt)
-    return {"intent_keys": applied["keys"], "apply_woken": applied["woken"],
-            "stuck_keys": consolidated["keys"], "consolidate_woken": consolidated["woken"]}
+    return {
+        "intent_keys": applied["keys"],
+        "apply_woken": applied["woken"],
+        "stuck_keys": consolidated["keys"],
+        "consolidate_woken": consolidated["woken"],
+    }
 
 
 @app.task(name=CONSOLIDATE_ALL, bind=True)
@@ -105,22 +116,34 @@ def consolidate_all(self: Any, tick: str | None = None) -> dict[str, Any]:
 @app.task(name=DECAY_SWEEP, bind=True, soft_time_limit=SWEEP_SOFT_LIMIT_S, time_limit=SWEEP_HARD_LIMIT_S)
 def decay_sweep(self: Any, tick: str | None = None) -> dict[str, Any]:
     """Move decayed facts and rules to fading/expired and invert harmful rules, once per tick."""
-    return run_ticked(DECAY_SWEEP, self.request, tick,
-                      lambda rt, now: maintenance.decay_sweep(rt.engine, now=now, settings=rt.settings))
+    return run_ticked(
+        DECAY_SWEEP,
+        self.request,
+        tick,
+        lambda rt, now: maintenance.decay_sweep(rt.engine, now=now, settings=rt.settings),
+    )
 
 
 @app.task(name=EPISODE_CLEANUP, bind=True, soft_time_limit=SWEEP_SOFT_LIMIT_S, time_limit=SWEEP_HARD_LIMIT_S)
 def episode_cleanup(self: Any, tick: str | None = None) -> dict[str, Any]:
     """Delete expired episodes and enforce max_entries (consolidated ones only), once per tick."""
-    return run_ticked(EPISODE_CLEANUP, self.request, tick,
-                      lambda rt, now: maintenance.episode_cleanup(rt.engine, now=now, settings=rt.settings))
+    return run_ticked(
+        EPISODE_CLEANUP,
+        self.request,
+        tick,
+        lambda rt, now: maintenance.episode_cleanup(rt.engine, now=now, settings=rt.settings),
+    )
 
 
 @app.task(name=EVENT_PARTITIONS, bind=True)
 def event_partitions(self: Any, tick: str | None = None) -> dict[str, Any]:
     """Create memory_events' partitions ahead and drop the months past their retention, once per tick."""
-    return run_ticked(EVENT_PARTITIONS, self.request, tick,
-                      lambda rt, now: maintenance.event_partitions(rt.engine, now=now, settings=rt.settings))
+    return run_ticked(
+        EVENT_PARTITIONS,
+        self.request,
+        tick,
+        lambda rt, now: maintenance.event_partitions(rt.engine, now=now, settings=rt.settings),
+    )
 
 
 @app.task(name=BACKLOG_TRIGGER, bind=True)

@@ -15,8 +15,9 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute("CREATE INDEX idx_facts_live_id ON facts (id) WHERE validity IN ('active', 'fading')")
-    op.execute("CREATE INDEX idx_write_intents_dead_letter ON write_intents (tenant_id, butler) "
-               "WHERE status = 'dead_letter'")
+    op.execute(
+        "CREATE INDEX idx_write_intents_dead_letter ON write_intents (tenant_id, butler) WHERE status = 'dead_letter'"
+    )
 
 
 def downgrade() -> None:

@@ -16,8 +16,10 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute("CREATE INDEX idx_facts_stats ON facts (tenant_id, validity, permanence, scope) "
-               "INCLUDE (confidence, decay_rate, last_confirmed_at)")
+    op.execute(
+        "CREATE INDEX idx_facts_stats ON facts (tenant_id, validity, permanence, scope) "
+        "INCLUDE (confidence, decay_rate, last_confirmed_at)"
+    )
 
 
 def downgrade() -> None:

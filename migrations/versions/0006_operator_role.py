@@ -16,8 +16,9 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute("ALTER TABLE api_tokens DROP CONSTRAINT IF EXISTS api_tokens_role_check")
-    op.execute("ALTER TABLE api_tokens ADD CONSTRAINT api_tokens_role_check "
-               "CHECK (role IN ('butler', 'admin', 'operator'))")
+    op.execute(
+        "ALTER TABLE api_tokens ADD CONSTRAINT api_tokens_role_check CHECK (role IN ('butler', 'admin', 'operator'))"
+    )
     op.execute("CREATE INDEX idx_maintenance_runs_newest ON maintenance_runs (task, started_at DESC)")
 
 

@@ -26,8 +26,10 @@ def upgrade() -> None:
     op.execute("ALTER TABLE write_intents ADD COLUMN payload_hash TEXT CHECK (length(payload_hash) = 64)")
     op.execute("ALTER TABLE write_intents ADD COLUMN next_attempt_at TIMESTAMPTZ")
     op.execute("DROP INDEX IF EXISTS uq_write_intents_idempotency")
-    op.execute("CREATE UNIQUE INDEX uq_write_intents_idempotency ON write_intents (tenant_id, butler, idempotency_key) "
-               "WHERE idempotency_key IS NOT NULL")
+    op.execute(
+        "CREATE UNIQUE INDEX uq_write_intents_idempotency ON write_intents (tenant_id, butler, idempotency_key) "
+        "WHERE idempotency_key IS NOT NULL"
+    )
     op.execute("""
 CREATE TABLE feedback_receipts (
     tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
@@ -46,7 +48,9 @@ CREATE TABLE feedback_receipts (
 def downgrade() -> None:
     op.execute("DROP TABLE IF EXISTS feedback_receipts")
     op.execute("DROP INDEX IF EXISTS uq_write_intents_idempotency")
-    op.execute("CREATE UNIQUE INDEX uq_write_intents_idempotency ON write_intents (tenant_id, idempotency_key) "
-               "WHERE idempotency_key IS NOT NULL")
+    op.execute(
+        "CREATE UNIQUE INDEX uq_write_intents_idempotency ON write_intents (tenant_id, idempotency_key) "
+        "WHERE idempotency_key IS NOT NULL"
+    )
     op.execute("ALTER TABLE write_intents DROP COLUMN IF EXISTS next_attempt_at")
     op.execute("ALTER TABLE write_intents DROP COLUMN IF EXISTS payload_hash")

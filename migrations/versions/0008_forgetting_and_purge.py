@@ -17,9 +17,29 @@ depends_on = None
 
 # Payload keys an event keeps after a scrub: ids, sequence numbers, counts and transition names, never text a
 # caller wrote (content, subject, predicate, reasons, notes, errors).
-SCRUB_KEEP = ("butler", "seq", "scope", "from", "to", "from_validity", "to_validity", "from_maturity",
-              "to_maturity", "superseded_by", "supersedes", "late", "manual", "cause", "run", "episodes",
-              "outcome", "count", "replayed", "edited_from", "attempts")
+SCRUB_KEEP = (
+    "butler",
+    "seq",
+    "scope",
+    "from",
+    "to",
+    "from_validity",
+    "to_validity",
+    "from_maturity",
+    "to_maturity",
+    "superseded_by",
+    "supersedes",
+    "late",
+    "manual",
+    "cause",
+    "run",
+    "episodes",
+    "outcome",
+    "count",
+    "replayed",
+    "edited_from",
+    "attempts",
+)
 KEEP_ARRAY = "ARRAY[" + ", ".join(f"'{k}'" for k in SCRUB_KEEP) + "]"
 
 UPGRADE = f"""

@@ -16,8 +16,10 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute("ALTER TABLE facts ADD COLUMN content_sealed bytea, ADD COLUMN content_key_id text")
-    op.execute("ALTER TABLE facts ADD CONSTRAINT facts_sealed_has_key "
-               "CHECK ((content_sealed IS NULL) = (content_key_id IS NULL))")
+    op.execute(
+        "ALTER TABLE facts ADD CONSTRAINT facts_sealed_has_key "
+        "CHECK ((content_sealed IS NULL) = (content_key_id IS NULL))"
+    )
     # `memory-butler encryption rotate` finds the rows sealed under another key than the active one.
     op.execute("CREATE INDEX idx_facts_content_key ON facts (content_key_id) WHERE content_key_id IS NOT NULL")
 

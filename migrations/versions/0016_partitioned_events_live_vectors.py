@@ -49,10 +49,13 @@ CREATE TRIGGER trg_memory_events_append_only BEFORE UPDATE OR DELETE ON memory_e
 VECTOR_TABLES = ("facts", "rules")
 LIVE_VECTORS = "\n".join(
     f"DROP INDEX idx_{t}_embedding;\nCREATE INDEX idx_{t}_embedding ON {t} USING hnsw (embedding vector_cosine_ops) "
-    "WHERE validity IN ('active', 'fading');" for t in VECTOR_TABLES)
+    "WHERE validity IN ('active', 'fading');"
+    for t in VECTOR_TABLES
+)
 ALL_VECTORS = "\n".join(
     f"DROP INDEX idx_{t}_embedding;\nCREATE INDEX idx_{t}_embedding ON {t} USING hnsw (embedding vector_cosine_ops);"
-    for t in VECTOR_TABLES)
+    for t in VECTOR_TABLES
+)
 
 UPGRADE = f"""
 ALTER TABLE memory_events RENAME TO memory_events_unpartitioned;

@@ -113,8 +113,9 @@ class Butler:
 
 @pytest.fixture(scope="session")
 def api_settings(database_url: str, redis_url: str) -> Settings:
-    return load_settings(database_url=database_url, redis_url=redis_url,
-                         memory={"retrieval": {"read_timeout_ms": READ_TIMEOUT_MS}})
+    return load_settings(
+        database_url=database_url, redis_url=redis_url, memory={"retrieval": {"read_timeout_ms": READ_TIMEOUT_MS}}
+    )
 
 
 @pytest.fixture(scope="session")
@@ -137,8 +138,18 @@ def worker(api_settings: Settings) -> Iterator[None]:
     configure(app, api_settings)
     count = api_settings.workers.shard_count
     queues = sorted({queue_for("t", f"b{i}", count) for i in range(count * 50)} | {MAINTENANCE_QUEUE})
-    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, loglevel="WARNING",
-                      queues=queues, shutdown_timeout=30), redelivery_sweep(api_settings):
+    with (
+        start_worker(
+            app,
+            pool="threads",
+            concurrency=2,
+            perform_ping_check=False,
+            loglevel="WARNING",
+            queues=queues,
+            shutdown_timeout=30,
+        ),
+        redelivery_sweep(api_settings),
+    ):
         yield
 
 
@@ -294,6 +305,7 @@ class TcpProxy:
 
 def applied(butler: Butler, kind: str, memory_id: str, *, timeout: float = 30.0) -> dict[str, Any]:
     """Poll memory_get until the worker has applied the write; returns the memory."""
+
     def ready() -> dict[str, Any] | None:
         got = butler.ok("memory_get", type=kind, id=memory_id)
         return got["memory"] if got["status"] == "ok" else None

@@ -10,9 +10,12 @@ from shared.db import unit_of_work
 from shared.tenancy import resolve_token, revoke_token
 from tests.api.conftest import Butler, Front, new_tenant, new_token, poll
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "test", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}},
+}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -64,10 +67,25 @@ def test_revocation_takes_effect_within_the_cache_ttl(api_settings, engine: Engi
 def test_valid_token_initializes(front: Front, health: Butler) -> None:
     assert post_mcp(front, health.token).status_code == 200
     names = {tool.name for tool in health.list_tools()}
-    assert {"memory_store_episode", "memory_store_fact", "memory_store_rule", "memory_search", "memory_recall",
-            "memory_get", "memory_confirm", "memory_mark_helpful", "memory_mark_harmful", "memory_forget",
-            "memory_stats", "memory_context", "memory_context_batch", "memory_ingest_batch",
-            "memory_activity_stream", "memory_dead_letters", "memory_restore"} <= names
+    assert {
+        "memory_store_episode",
+        "memory_store_fact",
+        "memory_store_rule",
+        "memory_search",
+        "memory_recall",
+        "memory_get",
+        "memory_confirm",
+        "memory_mark_helpful",
+        "memory_mark_harmful",
+        "memory_forget",
+        "memory_stats",
+        "memory_context",
+        "memory_context_batch",
+        "memory_ingest_batch",
+        "memory_activity_stream",
+        "memory_dead_letters",
+        "memory_restore",
+    } <= names
 
 
 def test_healthz_is_open_and_reports_the_database(front: Front) -> None:
@@ -76,8 +94,9 @@ def test_healthz_is_open_and_reports_the_database(front: Front) -> None:
     assert response.json()["status"] == "ok"
 
 
-def test_metrics_show_an_admin_its_tenant_and_an_operator_the_fleet(front: Front, health: Butler, admin: Butler,
-                                                                    engine: Engine, tenant_a: str) -> None:
+def test_metrics_show_an_admin_its_tenant_and_an_operator_the_fleet(
+    front: Front, health: Butler, admin: Butler, engine: Engine, tenant_a: str
+) -> None:
     # given two tenants that both wrote
     other = new_tenant(engine)
     stranger = Butler(front.url, new_token(engine, other, ["finance"]))
@@ -97,9 +116,13 @@ def test_metrics_show_an_admin_its_tenant_and_an_operator_the_fleet(front: Front
     assert f'tenant_id="{tenant_a}"' in fleet.text and f'tenant_id="{other}"' in fleet.text
     assert "# TYPE memory_butler_maintenance_last_started_seconds gauge" in fleet.text
     # and nothing else: no memory, no dashboard
-    assert httpx.post(front.url, json={}, headers={"Authorization": f"Bearer {operator}"}, timeout=10).status_code == 403
-    assert httpx.get(f"{front.base}/api/me", headers={"Authorization": f"Bearer {operator}"},
-                     timeout=10).status_code == 403
+    assert (
+        httpx.post(front.url, json={}, headers={"Authorization": f"Bearer {operator}"}, timeout=10).status_code == 403
+    )
+    assert (
+        httpx.get(f"{front.base}/api/me", headers={"Authorization": f"Bearer {operator}"}, timeout=10).status_code
+        == 403
+    )
 
 
 def test_metrics_need_an_admin_token(front: Front, health: Butler, admin: Butler) -> None:

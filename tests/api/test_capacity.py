@@ -45,8 +45,9 @@ async def _all(calls: list[tuple[Butler, str, dict[str, Any]]]) -> list[tuple[An
     return out
 
 
-def test_concurrent_reads_each_get_their_own_answers(front: Front, worker: None, engine: Engine,
-                                                     tenant_a: str, admin: Butler) -> None:
+def test_concurrent_reads_each_get_their_own_answers(
+    front: Front, worker: None, engine: Engine, tenant_a: str, admin: Butler
+) -> None:
     # given one fact per topic, applied
     ids = {}
     for topic, (content, _) in TOPICS.items():
@@ -86,16 +87,21 @@ def test_concurrent_reads_each_get_their_own_answers(front: Front, worker: None,
 def slow_front(api_settings: Settings) -> Iterator[Front]:
     """A front whose reads may wait 4 s in the database, running 24 at once (as many threads as the front has for
     all its database work) and admitting 2 more."""
-    settings = api_settings.model_copy(update={
-        "memory": api_settings.memory.model_copy(update={"retrieval": api_settings.memory.retrieval.model_copy(
-            update={"read_timeout_ms": 4000})}),
-        "api": api_settings.api.model_copy(update={"read_threads": 24, "read_queue": 2})})
+    settings = api_settings.model_copy(
+        update={
+            "memory": api_settings.memory.model_copy(
+                update={"retrieval": api_settings.memory.retrieval.model_copy(update={"read_timeout_ms": 4000})}
+            ),
+            "api": api_settings.api.model_copy(update={"read_threads": 24, "read_queue": 2}),
+        }
+    )
     with Front(settings) as running:
         yield running
 
 
-def test_an_accept_is_answered_at_once_while_every_read_thread_waits(slow_front: Front, engine: Engine,
-                                                                     tenant_a: str) -> None:
+def test_an_accept_is_answered_at_once_while_every_read_thread_waits(
+    slow_front: Front, engine: Engine, tenant_a: str
+) -> None:
     services = slow_front.app.state.services
     butler = Butler(slow_front.url, new_token(engine, tenant_a, ["health"]))
     assert butler.ok("memory_search", query="warm up")["degraded"] is False  # token cached, plans warm
@@ -106,6 +112,7 @@ def test_an_accept_is_answered_at_once_while_every_read_thread_waits(slow_front:
         async def scenario() -> tuple[list[tuple[Any, float]], tuple[Any, float], tuple[Any, float]]:
             readers: list[tuple[Any, float]] = []
             async with anyio.create_task_group() as group:
+
                 async def read(i: int) -> None:
                     readers.append(await _timed_call(butler, "memory_search", {"query": f"question {i}"}))
 
@@ -113,10 +120,10 @@ def test_an_accept_is_answered_at_once_while_every_read_thread_waits(slow_front:
                     group.start_soon(read, i)
                 await anyio.to_thread.run_sync(lambda: poll(lambda: services.reads_in_flight == 26, timeout=30))
                 # when an episode is stored and one more read comes
-                accept = await _timed_call(butler, "memory_store_episode", {"content": "Booked the dentist.",
-                                                                            "butler": "health"})
-                extra = await _timed_call(butler, "memory_context", {"trigger_prompt": "dentist",
-                                                                      "butler": "health"})
+                accept = await _timed_call(
+                    butler, "memory_store_episode", {"content": "Booked the dentist.", "butler": "health"}
+                )
+                extra = await _timed_call(butler, "memory_context", {"trigger_prompt": "dentist", "butler": "health"})
                 await anyio.to_thread.run_sync(lambda: locker.execute(text("ROLLBACK")))
             return readers, accept, extra
 

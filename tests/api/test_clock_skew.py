@@ -22,11 +22,17 @@ def _skewed(offset: timedelta):  # noqa: ANN202
     return clock
 
 
-@pytest.mark.parametrize("skew", [timedelta(hours=1), timedelta(hours=-1)], ids=["first-front-fast",
-                                                                                 "second-front-slow"])
+@pytest.mark.parametrize(
+    "skew", [timedelta(hours=1), timedelta(hours=-1)], ids=["first-front-fast", "second-front-slow"]
+)
 def test_an_older_write_from_a_fast_front_does_not_supersede_a_newer_one(
-    worker, front: Front, api_settings: Settings, engine: Engine, tenant_a: str,
-    monkeypatch: pytest.MonkeyPatch, skew: timedelta,
+    worker,
+    front: Front,
+    api_settings: Settings,
+    engine: Engine,
+    tenant_a: str,
+    monkeypatch: pytest.MonkeyPatch,
+    skew: timedelta,
 ) -> None:
     token = new_token(engine, tenant_a, ["home"])
     with Front(api_settings) as second:
@@ -34,15 +40,17 @@ def test_an_older_write_from_a_fast_front_does_not_supersede_a_newer_one(
         # given: the first front's clock is an hour fast (or the second one's an hour slow) while it accepts
         if skew > timedelta(0):
             monkeypatch.setattr(writing, "utcnow", _skewed(skew))
-        berlin = first_front.ok("memory_store_fact", subject="user", predicate="lives_in",
-                                content="The user lives in Berlin", scope="home")
+        berlin = first_front.ok(
+            "memory_store_fact", subject="user", predicate="lives_in", content="The user lives in Berlin", scope="home"
+        )
         applied(first_front, "fact", berlin["id"])
         monkeypatch.undo()
         if skew < timedelta(0):
             monkeypatch.setattr(writing, "utcnow", _skewed(skew))
         # when: a later write of the same key arrives through the other front
-        paris = second_front.ok("memory_store_fact", subject="user", predicate="lives_in",
-                                content="The user lives in Paris", scope="home")
+        paris = second_front.ok(
+            "memory_store_fact", subject="user", predicate="lives_in", content="The user lives in Paris", scope="home"
+        )
         applied(second_front, "fact", paris["id"])
         monkeypatch.undo()
 
@@ -55,7 +63,7 @@ def test_an_older_write_from_a_fast_front_does_not_supersede_a_newer_one(
 
 
 def test_a_dashboard_correction_from_a_slow_front_supersedes_the_fact_it_corrects(
-    front: Front, api_settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch,
+    front: Front, api_settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from memory_api.dashboard import api_memory
     from tests.api.conftest import new_tenant

@@ -45,10 +45,12 @@ def seeded(engine: Engine, api_settings: Settings) -> Seeded:
 @pytest.fixture()
 def tokens(front: Front, engine: Engine, seeded: Seeded) -> dict[str, Dash]:
     other = new_tenant(engine)
-    return {"admin": Dash(front.base, new_token(engine, seeded.tenant, ["*"], role="admin")),
-            "health": Dash(front.base, new_token(engine, seeded.tenant, ["health"])),
-            "other_admin": Dash(front.base, new_token(engine, other, ["*"], role="admin")),
-            "none": Dash(front.base, None)}
+    return {
+        "admin": Dash(front.base, new_token(engine, seeded.tenant, ["*"], role="admin")),
+        "health": Dash(front.base, new_token(engine, seeded.tenant, ["health"])),
+        "other_admin": Dash(front.base, new_token(engine, other, ["*"], role="admin")),
+        "none": Dash(front.base, None),
+    }
 
 
 @pytest.mark.parametrize("api", API, ids=_label)
@@ -70,8 +72,7 @@ def test_no_token_is_401_with_a_json_error(api: Api, tokens: dict[str, Dash], se
 
 
 @pytest.mark.parametrize("api", [a for a in API if a.access == "admin"], ids=_label)
-def test_butler_token_cannot_change_memory(api: Api, tokens: dict[str, Dash], engine: Engine,
-                                           seeded: Seeded) -> None:
+def test_butler_token_cannot_change_memory(api: Api, tokens: dict[str, Dash], engine: Engine, seeded: Seeded) -> None:
     before = count_events(engine, seeded.tenant)
     response = tokens["health"].call(api.method, _path(api, seeded), json=_body(api))
     assert response.status_code == 403 and response.json()["error"] == "permission_denied"
@@ -87,8 +88,9 @@ def test_butler_token_cannot_open_another_butlers_view(api: Api, tokens: dict[st
 
 
 @pytest.mark.parametrize("api", [a for a in API if "{id}" in a.path], ids=_label)
-def test_ids_are_checked_and_never_cross_tenants(api: Api, tokens: dict[str, Dash], engine: Engine,
-                                                 seeded: Seeded) -> None:
+def test_ids_are_checked_and_never_cross_tenants(
+    api: Api, tokens: dict[str, Dash], engine: Engine, seeded: Seeded
+) -> None:
     before = count_events(engine, seeded.tenant)
     foreign = tokens["other_admin"].call(api.method, _path(api, seeded), json=_body(api))
     assert foreign.status_code == 404 and foreign.json()["error"] == "not_found"
@@ -101,7 +103,8 @@ def test_ids_are_checked_and_never_cross_tenants(api: Api, tokens: dict[str, Das
 
 @pytest.mark.parametrize("api", [a for a in API if "{id}" not in a.path and a.method == "GET"], ids=_label)
 def test_lists_refuse_unknown_filters_and_show_nothing_of_another_tenant(
-        api: Api, tokens: dict[str, Dash], seeded: Seeded) -> None:
+    api: Api, tokens: dict[str, Dash], seeded: Seeded
+) -> None:
     params = {"q": "dentist"} if api.path.endswith("/search") else {}
     response = tokens["admin"].call("GET", _path(api, seeded), colour="blue", **params)
     assert response.status_code == 400 and response.json()["field"] == "colour"
@@ -128,12 +131,21 @@ def test_butler_token_reads_only_its_scopes(tokens: dict[str, Dash], seeded: See
 
 def test_openapi_document_is_served_and_lists_the_seed_endpoints(tokens: dict[str, Dash]) -> None:
     doc = tokens["none"].get("/api/openapi.json")
-    seed_endpoints = [("get", "/api/memory/stats"), ("get", "/api/memory/facts"), ("get", "/api/memory/facts/{id}"),
-                      ("put", "/api/memory/facts/{id}"), ("delete", "/api/memory/facts/{id}"),
-                      ("get", "/api/memory/rules"), ("get", "/api/memory/rules/{id}"), ("put", "/api/memory/rules/{id}"),
-                      ("delete", "/api/memory/rules/{id}"), ("get", "/api/memory/episodes"),
-                      ("get", "/api/memory/episodes/{id}"), ("get", "/api/memory/activity"),
-                      *[("get", f"/api/butlers/{{name}}/memory/{v}") for v in ("stats", "facts", "rules", "episodes")]]
+    seed_endpoints = [
+        ("get", "/api/memory/stats"),
+        ("get", "/api/memory/facts"),
+        ("get", "/api/memory/facts/{id}"),
+        ("put", "/api/memory/facts/{id}"),
+        ("delete", "/api/memory/facts/{id}"),
+        ("get", "/api/memory/rules"),
+        ("get", "/api/memory/rules/{id}"),
+        ("put", "/api/memory/rules/{id}"),
+        ("delete", "/api/memory/rules/{id}"),
+        ("get", "/api/memory/episodes"),
+        ("get", "/api/memory/episodes/{id}"),
+        ("get", "/api/memory/activity"),
+        *[("get", f"/api/butlers/{{name}}/memory/{v}") for v in ("stats", "facts", "rules", "episodes")],
+    ]
     assert all(method in doc["paths"][path] for method, path in seed_endpoints)
     params = {p["name"] for p in doc["paths"]["/api/memory/facts"]["get"]["parameters"]}
     assert {"scope", "subject", "q", "min_confidence", "permanence", "source_butler", "validity", "limit"} <= params

@@ -32,8 +32,12 @@ def _refused(response: object, code: str, status: int = 409) -> dict:
 
 def test_editing_a_fact_supersedes_it_through_store_fact(admin: Dash, engine: Engine, seeded: Seeded) -> None:
     old = seeded.facts["color"]
-    out = admin.ok("PUT", f"/api/memory/facts/{old}", json={"content": "The user's favorite color is teal"},
-                   headers={"X-Request-Id": "edit-1"})
+    out = admin.ok(
+        "PUT",
+        f"/api/memory/facts/{old}",
+        json={"content": "The user's favorite color is teal"},
+        headers={"X-Request-Id": "edit-1"},
+    )
     assert out["supersedes"] == str(old)
     detail = admin.get(f"/api/memory/facts/{out['id']}")
     assert detail["fact"]["content"] == "The user's favorite color is teal"
@@ -50,8 +54,9 @@ def test_editing_a_fact_supersedes_it_through_store_fact(admin: Dash, engine: En
 
 def test_a_superseded_fact_cannot_be_edited(admin: Dash, engine: Engine, seeded: Seeded) -> None:
     before = count_events(engine, seeded.tenant)
-    body = _refused(admin.call("PUT", f"/api/memory/facts/{seeded.facts['color_old']}", json={"content": "x"}),
-                    "invalid_transition")
+    body = _refused(
+        admin.call("PUT", f"/api/memory/facts/{seeded.facts['color_old']}", json={"content": "x"}), "invalid_transition"
+    )
     assert "superseded" in body["message"] and count_events(engine, seeded.tenant) == before
 
 
@@ -63,8 +68,10 @@ def test_delete_is_a_reversible_retraction(admin: Dash, engine: Engine, seeded: 
     _refused(admin.call("PUT", f"/api/memory/facts/{fact}", json={"content": "x"}), "invalid_transition")
     admin.ok("POST", f"/api/memory/facts/{fact}/restore")
     assert admin.get(f"/api/memory/facts/{fact}")["fact"]["validity"] == "active"
-    assert [e["event_type"] for e in events_about(engine, seeded.tenant, fact)][-2:] == ["fact.forgotten",
-                                                                                         "fact.restored"]
+    assert [e["event_type"] for e in events_about(engine, seeded.tenant, fact)][-2:] == [
+        "fact.forgotten",
+        "fact.restored",
+    ]
     admin.ok("POST", f"/api/memory/facts/{fact}/confirm")
 
 
@@ -76,8 +83,9 @@ def test_editing_a_rule_starts_it_over_as_a_candidate(admin: Dash, engine: Engin
     assert len(detail["applications"]) == 16  # the history stays
     types = [e["event_type"] for e in events_about(engine, seeded.tenant, rule)][-2:]
     assert types == ["rule.edited", "rule.maturity_changed"]
-    _refused(admin.call("PUT", f"/api/memory/rules/{seeded.rules['anti']}", json={"content": "x"}),
-             "invalid_transition")
+    _refused(
+        admin.call("PUT", f"/api/memory/rules/{seeded.rules['anti']}", json={"content": "x"}), "invalid_transition"
+    )
 
 
 def test_promote_and_demote_follow_the_maturity_table(admin: Dash, engine: Engine, seeded: Seeded) -> None:
@@ -111,12 +119,18 @@ def test_bad_bodies_are_refused_and_write_nothing(admin: Dash, engine: Engine, s
     url = f"/api/memory/facts/{fact}"
     assert _refused(admin.call("PUT", url, json={}), "invalid_input", 400)
     assert _refused(admin.call("PUT", url, json={"subject": "x"}), "invalid_input", 400)["field"] == "subject"
-    assert _refused(admin.call("PUT", url, json={"permanence": "forever"}), "invalid_input", 400)["field"] == \
-        "permanence"
+    assert (
+        _refused(admin.call("PUT", url, json={"permanence": "forever"}), "invalid_input", 400)["field"] == "permanence"
+    )
     assert _refused(admin.call("PUT", url, json={"content": "x" * 20_001}), "invalid_input", 400)["field"] == "content"
     big = b'{"content": "' + b"x" * 70_000 + b'"}'
-    assert _refused(admin.call("PUT", url, content=big, headers={"Content-Type": "application/json"}),
-                    "payload_too_large", 413)["field"] == "body"
-    _refused(admin.call("PUT", url, content=b"{not json", headers={"Content-Type": "application/json"}),
-             "invalid_input", 400)
+    assert (
+        _refused(
+            admin.call("PUT", url, content=big, headers={"Content-Type": "application/json"}), "payload_too_large", 413
+        )["field"]
+        == "body"
+    )
+    _refused(
+        admin.call("PUT", url, content=b"{not json", headers={"Content-Type": "application/json"}), "invalid_input", 400
+    )
     assert count_events(engine, seeded.tenant) == before

@@ -51,7 +51,8 @@ def test_fact_filters_are_applied(admin: Dash, seeded: Seeded) -> None:
     assert ids(validity="superseded") == {str(seeded.facts["color_old"])}
     assert str(seeded.facts["budget"]) not in ids(scope="health")
     assert ids(min_confidence=0.99, subject="user", validity="active") == {
-        str(seeded.facts[n]) for n in ("color", "allergy", "budget")}
+        str(seeded.facts[n]) for n in ("color", "allergy", "budget")
+    }
 
 
 def test_fact_detail_has_provenance_and_the_whole_chain(admin: Dash, seeded: Seeded) -> None:
@@ -125,8 +126,12 @@ def test_butler_views_are_scoped_to_global_and_the_butler(front: Front, engine: 
     assert {e["butler"] for e in episodes} == {"health"}
     stats = health.get("/api/butlers/health/memory/stats")["stats"]
     assert stats["episodes"]["total"] == 2 and stats["scope"] == "health"
-    assert health.get("/api/me") == {"tenant_id": seeded.tenant, "role": "butler", "butlers": ["health"],
-                                     "is_admin": False}
+    assert health.get("/api/me") == {
+        "tenant_id": seeded.tenant,
+        "role": "butler",
+        "butlers": ["health"],
+        "is_admin": False,
+    }
     assert health.get("/api/butlers")["butlers"] == ["health"]
 
 

@@ -40,13 +40,19 @@ def timed(fn, *args, **kwargs):  # noqa: ANN001, ANN201
 
 
 def assert_reads_degrade(butler: Butler) -> None:
-    calls = [("memory_search", {"query": "anything"}), ("memory_search", {"query": "x", "mode": "keyword"}),
-             ("memory_recall", {"topic": "anything"}),
-             ("memory_context", {"trigger_prompt": "hello", "butler": "health"}),
-             ("memory_context_batch", {"requests": [{"trigger_prompt": "a", "butler": "health"},
-                                                    {"trigger_prompt": "b", "butler": "health"}]}),
-             ("memory_stats", {}), ("memory_activity_stream", {"since": 0}),
-             ("memory_get", {"type": "fact", "id": "6a1c0f9e-1d7e-4a39-9a55-0b2b2e5c2f10"})]
+    calls = [
+        ("memory_search", {"query": "anything"}),
+        ("memory_search", {"query": "x", "mode": "keyword"}),
+        ("memory_recall", {"topic": "anything"}),
+        ("memory_context", {"trigger_prompt": "hello", "butler": "health"}),
+        (
+            "memory_context_batch",
+            {"requests": [{"trigger_prompt": "a", "butler": "health"}, {"trigger_prompt": "b", "butler": "health"}]},
+        ),
+        ("memory_stats", {}),
+        ("memory_activity_stream", {"since": 0}),
+        ("memory_get", {"type": "fact", "id": "6a1c0f9e-1d7e-4a39-9a55-0b2b2e5c2f10"}),
+    ]
     for tool, args in calls:
         out, elapsed = timed(butler.ok, tool, **args)
         assert out["degraded"] is True and out["reason"], (tool, out)
@@ -67,16 +73,18 @@ def test_database_refusing_connections(proxied, engine: Engine, tenant_a: str) -
     # writes are not accepted: a retryable unavailable error, nothing written
     err = butler.error("memory_store_episode", content="lost?", butler="health", idempotency_key="down-1")
     assert err["error"] == "unavailable" and err["retryable"] is True
-    assert butler.error("memory_confirm", type="fact", id="6a1c0f9e-1d7e-4a39-9a55-0b2b2e5c2f10")["error"] == \
-        "unavailable"
+    assert (
+        butler.error("memory_confirm", type="fact", id="6a1c0f9e-1d7e-4a39-9a55-0b2b2e5c2f10")["error"] == "unavailable"
+    )
     assert count_rows(engine, "write_intents", tenant_a) == 0
     # the health check says why; a token the front has not seen cannot be checked (503, retryable)
     health = httpx.get(f"{front.base}/healthz", timeout=10)
     assert health.status_code == 503 and health.json()["reason"]
     metrics = httpx.get(f"{front.base}/metrics", headers={"Authorization": f"Bearer {butler.token}"}, timeout=10)
     assert metrics.status_code == 200 and "memory_butler_database_up 0.0" in metrics.text
-    fresh = httpx.post(front.url, json={}, headers={"Authorization": f"Bearer {new_token(engine, tenant_a, ['x'])}"},
-                       timeout=10)
+    fresh = httpx.post(
+        front.url, json={}, headers={"Authorization": f"Bearer {new_token(engine, tenant_a, ['x'])}"}, timeout=10
+    )
     assert fresh.status_code == 503 and fresh.json()["retryable"] is True
     # when it comes back, so do the answers
     proxy.restore()

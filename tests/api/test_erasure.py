@@ -19,18 +19,23 @@ from tests.api.test_auth import MCP_HEADERS, post_mcp
 def call_raw(front: Front, token: str, tool: str, **arguments: Any) -> dict[str, Any]:
     """One tools/call as plain JSON-RPC over HTTP (stateless): the MCP client would list the tools afterwards to
     check the result's schema, and a purged tenant's token can no longer do that."""
-    response = httpx.post(front.url, timeout=30, headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"},
-                          json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                                "params": {"name": tool, "arguments": arguments}})
+    response = httpx.post(
+        front.url,
+        timeout=30,
+        headers={**MCP_HEADERS, "Authorization": f"Bearer {token}"},
+        json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": arguments}},
+    )
     assert response.status_code == 200, response.text
     return response.json()["result"]
 
 
-def test_an_admin_purges_its_own_tenant_and_nothing_else(worker, front: Front, engine: Engine, tenant_a: str,
-                                                         admin: Butler, health: Butler) -> None:
+def test_an_admin_purges_its_own_tenant_and_nothing_else(
+    worker, front: Front, engine: Engine, tenant_a: str, admin: Butler, health: Butler
+) -> None:
     # given memory in the tenant, and another tenant's memory
-    fact = health.ok("memory_store_fact", subject="user", predicate="allergy", content="Allergic to penicillin",
-                     scope="health")
+    fact = health.ok(
+        "memory_store_fact", subject="user", predicate="allergy", content="Allergic to penicillin", scope="health"
+    )
     applied(health, "fact", fact["id"])
     other_tenant = new_tenant(engine)
     other = Butler(front.url, new_token(engine, other_tenant, ["health"]))
@@ -57,8 +62,14 @@ def test_an_expired_token_is_refused_even_while_cached(front: Front, engine: Eng
     # given a token that expires in two seconds, already accepted (and cached) by the front
     tenant = new_tenant(engine)
     with unit_of_work(engine) as conn:
-        _, token = create_token(conn, tenant_id=tenant, name="short", butlers=["health"], role="butler",
-                                expires_at=datetime.now(UTC) + timedelta(seconds=2))
+        _, token = create_token(
+            conn,
+            tenant_id=tenant,
+            name="short",
+            butlers=["health"],
+            role="butler",
+            expires_at=datetime.now(UTC) + timedelta(seconds=2),
+        )
     assert post_mcp(front, token).status_code == 200
     # then once it expires it is refused, well before the cache's 30 s would have let it go
     response = poll(lambda: (r := post_mcp(front, token)).status_code == 401 and r, timeout=10, interval=0.2)

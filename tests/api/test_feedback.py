@@ -9,10 +9,15 @@ from tests.api.conftest import Butler, Front, applied, new_token
 
 
 def test_confirm_and_rule_feedback(worker, health: Butler) -> None:
-    fact = health.ok("memory_store_fact", subject="user", predicate="allergy", content="The user is allergic to nuts",
-                     permanence="permanent", scope="health")
-    rule = health.ok("memory_store_rule", content="Check the menu for nuts before booking a restaurant",
-                     scope="health")
+    fact = health.ok(
+        "memory_store_fact",
+        subject="user",
+        predicate="allergy",
+        content="The user is allergic to nuts",
+        permanence="permanent",
+        scope="health",
+    )
+    rule = health.ok("memory_store_rule", content="Check the menu for nuts before booking a restaurant", scope="health")
     applied(health, "fact", fact["id"])
     applied(health, "rule", rule["id"])
 
@@ -28,8 +33,9 @@ def test_confirm_and_rule_feedback(worker, health: Butler) -> None:
 
 
 def test_forget_and_restore(worker, front: Front, health: Butler, engine: Engine, tenant_a: str) -> None:
-    fact = health.ok("memory_store_fact", subject="user", predicate="city", content="The user lives in Lisbon",
-                     scope="health")
+    fact = health.ok(
+        "memory_store_fact", subject="user", predicate="city", content="The user lives in Lisbon", scope="health"
+    )
     applied(health, "fact", fact["id"])
     assert fact["id"] in _recalled(health)
 
@@ -48,8 +54,12 @@ def test_forget_and_restore(worker, front: Front, health: Butler, engine: Engine
     back = health.ok("memory_restore", type="fact", id=fact["id"])
     assert back["status"] == "restored" and fact["id"] in _recalled(health)
     with engine.connect() as conn:
-        events = conn.execute(text("SELECT event_type, request_id FROM memory_events WHERE tenant_id = :t "
-                                   "AND entity_id = :e ORDER BY id"), {"t": tenant_a, "e": fact["id"]}).all()
+        events = conn.execute(
+            text(
+                "SELECT event_type, request_id FROM memory_events WHERE tenant_id = :t AND entity_id = :e ORDER BY id"
+            ),
+            {"t": tenant_a, "e": fact["id"]},
+        ).all()
     assert ("fact.forgotten", "forget-1") in [tuple(e) for e in events]
     assert [e[0] for e in events].count("fact.forgotten") == 1  # the second forget changed nothing
     assert "fact.restored" in [e[0] for e in events]
@@ -79,22 +89,37 @@ def _recalled(butler: Butler) -> list[str]:
 
 
 def test_forgetting_an_episode_takes_its_text_out_of_the_write_log_and_audit_trail(
-        worker, health: Butler, engine: Engine, tenant_a: str) -> None:
+    worker, health: Butler, engine: Engine, tenant_a: str
+) -> None:
     # given an episode stored through the front and applied
-    out = health.ok("memory_store_episode", content="My bank PIN is 4711, do not tell anyone", butler="health",
-                    idempotency_key="pin-1")
+    out = health.ok(
+        "memory_store_episode",
+        content="My bank PIN is 4711, do not tell anyone",
+        butler="health",
+        idempotency_key="pin-1",
+    )
     applied(health, "episode", out["id"])
     # when it is forgotten
     health.ok("memory_forget", type="episode", id=out["id"])
     # then its accepted write keeps its id and key but not the text, and no event about it holds the text
     with engine.connect() as conn:
-        intent = conn.execute(text("SELECT payload, idempotency_key, status FROM write_intents WHERE id = :i"),
-                              {"i": out["id"]}).one()
-        events = conn.execute(text("SELECT event_type, payload::text FROM memory_events WHERE tenant_id = :t "
-                                   "AND entity_id = :i ORDER BY id"), {"t": tenant_a, "i": out["id"]}).all()
+        intent = conn.execute(
+            text("SELECT payload, idempotency_key, status FROM write_intents WHERE id = :i"), {"i": out["id"]}
+        ).one()
+        events = conn.execute(
+            text(
+                "SELECT event_type, payload::text FROM memory_events WHERE tenant_id = :t "
+                "AND entity_id = :i ORDER BY id"
+            ),
+            {"t": tenant_a, "i": out["id"]},
+        ).all()
     assert tuple(intent) == ({"scrubbed": True}, "pin-1", "applied")
     assert [e for e, _ in events][-1] == "episode.forgotten" and not any("4711" in p for _, p in events)
     # and a replay of the same key answers the same id without writing the text again
-    again = health.ok("memory_store_episode", content="My bank PIN is 4711, do not tell anyone", butler="health",
-                      idempotency_key="pin-1")
+    again = health.ok(
+        "memory_store_episode",
+        content="My bank PIN is 4711, do not tell anyone",
+        butler="health",
+        idempotency_key="pin-1",
+    )
     assert (again["id"], again["replayed"]) == (out["id"], True)

@@ -16,8 +16,9 @@ def _one(engine: Engine, sql: str, **params: object) -> object:
 
 
 def _events(engine: Engine, entity_id: str, event_type: str) -> int:
-    return _one(engine, "SELECT count(*) FROM memory_events WHERE entity_id = :i AND event_type = :e",
-                i=entity_id, e=event_type)
+    return _one(
+        engine, "SELECT count(*) FROM memory_events WHERE entity_id = :i AND event_type = :e", i=entity_id, e=event_type
+    )
 
 
 def _rule(health: Butler, content: str) -> str:
@@ -27,8 +28,9 @@ def _rule(health: Butler, content: str) -> str:
 
 
 def test_a_retried_confirm_records_one_confirmation(worker, health: Butler, engine: Engine) -> None:
-    fact = health.ok("memory_store_fact", subject="user", predicate="dentist", content="Dr. Molar on Elm Street",
-                     scope="health")
+    fact = health.ok(
+        "memory_store_fact", subject="user", predicate="dentist", content="Dr. Molar on Elm Street", scope="health"
+    )
     applied(health, "fact", fact["id"])
     first = health.ok("memory_confirm", type="fact", id=fact["id"], idempotency_key="c-1")
     again = health.ok("memory_confirm", type="fact", id=fact["id"], idempotency_key="c-1")
@@ -69,8 +71,10 @@ def test_a_helpful_mark_confirms_the_rule(worker, health: Butler, engine: Engine
     # given a rule last confirmed 200 days ago that has faded
     rule_id = _rule(health, "Prefer video calls for follow-up visits")
     with engine.begin() as conn:
-        conn.execute(text("UPDATE rules SET last_confirmed_at = now() - interval '200 days', validity = 'fading' "
-                          "WHERE id = :i"), {"i": rule_id})
+        conn.execute(
+            text("UPDATE rules SET last_confirmed_at = now() - interval '200 days', validity = 'fading' WHERE id = :i"),
+            {"i": rule_id},
+        )
     # when it is marked helpful
     health.ok("memory_mark_helpful", rule_id=rule_id)
     # then its decay restarts from now and it is active again, with the confirmation audited
@@ -86,13 +90,26 @@ def test_an_anti_pattern_that_is_still_matched_does_not_decay(worker, health: Bu
     plain = _rule(health, "Ask about dentist parking before booking")
     with engine.begin() as conn:
         conn.execute(text("UPDATE rules SET maturity = 'anti_pattern' WHERE id = :i"), {"i": warning})
-        conn.execute(text("UPDATE rules SET last_confirmed_at = now() - interval '30 days' WHERE id IN (:a, :b)"),
-                     {"a": warning, "b": plain})
+        conn.execute(
+            text("UPDATE rules SET last_confirmed_at = now() - interval '30 days' WHERE id IN (:a, :b)"),
+            {"a": warning, "b": plain},
+        )
     # when a recall matches both
     hits = health.ok("memory_recall", topic="booking the dentist", scope="health", min_confidence=0)["results"]
     assert {warning, plain} <= {h["id"] for h in hits}
     # then the match confirms the warning (its decay restarts) but not the plain rule
-    poll(lambda: float(_one(engine, "SELECT extract(epoch FROM now() - last_confirmed_at) FROM rules WHERE id = :i",
-                            i=warning)) < 60, timeout=10)
-    assert float(_one(engine, "SELECT extract(epoch FROM now() - last_confirmed_at) / 86400 FROM rules WHERE id = :i",
-                      i=plain)) > 29
+    poll(
+        lambda: float(
+            _one(engine, "SELECT extract(epoch FROM now() - last_confirmed_at) FROM rules WHERE id = :i", i=warning)
+        )
+        < 60,
+        timeout=10,
+    )
+    assert (
+        float(
+            _one(
+                engine, "SELECT extract(epoch FROM now() - last_confirmed_at) / 86400 FROM rules WHERE id = :i", i=plain
+            )
+        )
+        > 29
+    )

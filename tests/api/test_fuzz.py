@@ -39,8 +39,9 @@ def fuzz_database_url(admin_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def campaign_run(fuzz_database_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory,
-                 ) -> Iterator[tuple[Tally, Path, set[str]]]:
+def campaign_run(
+    fuzz_database_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Tally, Path, set[str]]]:
     log_path = tmp_path_factory.mktemp("fuzz") / "front.log"
     engine = db.make_engine(fuzz_database_url, pool_size=2)
     front = FrontProcess(fuzz_database_url, redis_url, log_path).start()

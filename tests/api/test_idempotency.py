@@ -10,22 +10,31 @@ from tests.api.conftest import Butler, Front, applied, count_rows, new_token
 
 def _intents(engine: Engine, tenant_id: str) -> list[tuple[str, str, str]]:
     with engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(text(
-            "SELECT butler, idempotency_key, payload_hash FROM write_intents WHERE tenant_id = :t "
-            "ORDER BY seq, butler"),
-            {"t": tenant_id})]
+        return [
+            tuple(r)
+            for r in conn.execute(
+                text(
+                    "SELECT butler, idempotency_key, payload_hash FROM write_intents WHERE tenant_id = :t "
+                    "ORDER BY seq, butler"
+                ),
+                {"t": tenant_id},
+            )
+        ]
 
 
-def test_two_butlers_with_one_key_each_get_their_own_episode(worker, front: Front, engine: Engine,
-                                                             tenant_a: str) -> None:
+def test_two_butlers_with_one_key_each_get_their_own_episode(
+    worker, front: Front, engine: Engine, tenant_a: str
+) -> None:
     # given two butlers of one tenant, each with its own token
     health = Butler(front.url, new_token(engine, tenant_a, ["health"]))
     finance = Butler(front.url, new_token(engine, tenant_a, ["finance"]))
     # when both store an episode with the same idempotency key
-    mine = health.ok("memory_store_episode", content="Took the blood pressure pill at 8", butler="health",
-                     idempotency_key="daily-1")
-    theirs = finance.ok("memory_store_episode", content="Paid the electricity bill", butler="finance",
-                        idempotency_key="daily-1")
+    mine = health.ok(
+        "memory_store_episode", content="Took the blood pressure pill at 8", butler="health", idempotency_key="daily-1"
+    )
+    theirs = finance.ok(
+        "memory_store_episode", content="Paid the electricity bill", butler="finance", idempotency_key="daily-1"
+    )
     # then each got a fresh write of its own: neither was dropped, neither learned the other's id
     assert mine["id"] != theirs["id"] and mine["replayed"] is False and theirs["replayed"] is False
     assert applied(health, "episode", mine["id"])["content"] == "Took the blood pressure pill at 8"
@@ -38,10 +47,8 @@ def test_two_butlers_with_one_key_each_get_their_own_fact(worker, front: Front, 
     # given two butler tokens writing global facts (the key is scoped to each token's shard butler)
     health = Butler(front.url, new_token(engine, tenant_a, ["health"]))
     finance = Butler(front.url, new_token(engine, tenant_a, ["finance"]))
-    a = health.ok("memory_store_fact", subject="user", predicate="doctor", content="Dr. Lee",
-                  idempotency_key="k-1")
-    b = finance.ok("memory_store_fact", subject="user", predicate="bank", content="Acme Bank",
-                   idempotency_key="k-1")
+    a = health.ok("memory_store_fact", subject="user", predicate="doctor", content="Dr. Lee", idempotency_key="k-1")
+    b = finance.ok("memory_store_fact", subject="user", predicate="bank", content="Acme Bank", idempotency_key="k-1")
     # then both facts exist
     assert a["id"] != b["id"]
     assert applied(health, "fact", a["id"])["content"] == "Dr. Lee"
@@ -59,14 +66,17 @@ def test_true_replay_returns_the_same_id(worker, health: Butler, engine: Engine,
     assert (butler, key) == ("health", "f-1") and len(digest) == 64
 
 
-def test_same_key_with_another_payload_is_refused_and_writes_nothing(worker, health: Butler, engine: Engine,
-                                                                    tenant_a: str) -> None:
+def test_same_key_with_another_payload_is_refused_and_writes_nothing(
+    worker, health: Butler, engine: Engine, tenant_a: str
+) -> None:
     # given an accepted episode
-    first = health.ok("memory_store_episode", content="Booked the dentist for Monday", butler="health",
-                      idempotency_key="ep-1")
+    first = health.ok(
+        "memory_store_episode", content="Booked the dentist for Monday", butler="health", idempotency_key="ep-1"
+    )
     # when the same key comes back with other content
-    err = health.error("memory_store_episode", content="Booked the dentist for Tuesday", butler="health",
-                       idempotency_key="ep-1")
+    err = health.error(
+        "memory_store_episode", content="Booked the dentist for Tuesday", butler="health", idempotency_key="ep-1"
+    )
     # then it is refused, classified and naming the field, and nothing new is recorded
     assert err["error"] == "idempotency_conflict" and err["field"] == "idempotency_key"
     assert err["retryable"] is False and first["id"] in err["message"]
@@ -77,19 +87,28 @@ def test_same_key_with_another_payload_is_refused_and_writes_nothing(worker, hea
 
 def test_batch_conflicts_are_refused_whole(worker, health: Butler, engine: Engine, tenant_a: str) -> None:
     # one key twice in one batch with two payloads: the whole batch is refused, nothing is recorded
-    err = health.error("memory_ingest_batch", episodes=[
-        {"content": "first", "butler": "health", "idempotency_key": "b-1"},
-        {"content": "fresh", "butler": "health"},
-        {"content": "second", "butler": "health", "idempotency_key": "b-1"}])
+    err = health.error(
+        "memory_ingest_batch",
+        episodes=[
+            {"content": "first", "butler": "health", "idempotency_key": "b-1"},
+            {"content": "fresh", "butler": "health"},
+            {"content": "second", "butler": "health", "idempotency_key": "b-1"},
+        ],
+    )
     assert err["error"] == "idempotency_conflict" and err["field"] == "episodes.2.idempotency_key"
     assert count_rows(engine, "write_intents", tenant_a) == 0
     # the same item twice is one write (a replay inside the call)
-    out = health.ok("memory_ingest_batch", episodes=[
-        {"content": "first", "butler": "health", "idempotency_key": "b-1"},
-        {"content": "first", "butler": "health", "idempotency_key": "b-1"}])
+    out = health.ok(
+        "memory_ingest_batch",
+        episodes=[
+            {"content": "first", "butler": "health", "idempotency_key": "b-1"},
+            {"content": "first", "butler": "health", "idempotency_key": "b-1"},
+        ],
+    )
     assert out["items"][0]["id"] == out["items"][1]["id"] and out["items"][1]["replayed"] is True
     assert count_rows(engine, "write_intents", tenant_a) == 1
     # a one-item batch names the item too
-    err = health.error("memory_ingest_batch",
-                       episodes=[{"content": "other", "butler": "health", "idempotency_key": "b-1"}])
+    err = health.error(
+        "memory_ingest_batch", episodes=[{"content": "other", "butler": "health", "idempotency_key": "b-1"}]
+    )
     assert err["error"] == "idempotency_conflict" and err["field"] == "episodes.0.idempotency_key"

@@ -12,8 +12,9 @@ WORDS = "zebra quartz saxophone"
 
 def test_tenant_b_never_sees_tenant_a(worker, front: Front, engine: Engine, health: Butler) -> None:
     # given tenant A's memories of every type, about words nothing else uses
-    fact = health.ok("memory_store_fact", subject="user", predicate="hobby", content=f"The user collects {WORDS}",
-                     scope="health")
+    fact = health.ok(
+        "memory_store_fact", subject="user", predicate="hobby", content=f"The user collects {WORDS}", scope="health"
+    )
     glob = health.ok("memory_store_fact", subject="user", predicate="pet", content=f"The user has a {WORDS} pet")
     rule = health.ok("memory_store_rule", content=f"Mention the {WORDS} collection when chatting")
     episode = health.ok("memory_store_episode", content=f"User showed their {WORDS} collection", butler="health")

@@ -14,17 +14,20 @@ def test_writes_only_as_covered_butlers(health: Butler, engine: Engine, tenant_a
     assert (err["error"], err["field"]) == ("permission_denied", "scope")
     err = health.error("memory_store_rule", content="c", scope="finance")
     assert err["error"] == "permission_denied"
-    err = health.error("memory_ingest_batch", episodes=[{"content": "a", "butler": "health"},
-                                                        {"content": "b", "butler": "finance"}])
+    err = health.error(
+        "memory_ingest_batch", episodes=[{"content": "a", "butler": "health"}, {"content": "b", "butler": "finance"}]
+    )
     assert (err["error"], err["field"]) == ("permission_denied", "episodes.1.butler")
     assert count_rows(engine, "write_intents", tenant_a) == 0
 
 
-def test_reads_only_global_and_covered_scopes(worker, front: Front, health: Butler, engine: Engine,
-                                              tenant_a: str) -> None:
+def test_reads_only_global_and_covered_scopes(
+    worker, front: Front, health: Butler, engine: Engine, tenant_a: str
+) -> None:
     finance = Butler(front.url, new_token(engine, tenant_a, ["finance"]))
-    secret = finance.ok("memory_store_fact", subject="user", predicate="salary", content="The user earns a lot",
-                        scope="finance")
+    secret = finance.ok(
+        "memory_store_fact", subject="user", predicate="salary", content="The user earns a lot", scope="finance"
+    )
     episode = finance.ok("memory_store_episode", content="User discussed salary negotiation", butler="finance")
     applied(finance, "fact", secret["id"])
     applied(finance, "episode", episode["id"])

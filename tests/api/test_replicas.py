@@ -55,8 +55,11 @@ def paused(pair: ReplicaPair) -> Iterator[ReplicaPair]:
     """The replica stops replaying WAL (it keeps receiving it) until the test ends."""
     pair.wait_replayed()
     pair.replica_sql("SELECT pg_wal_replay_pause()")
-    poll(lambda: pair.replica_sql("SELECT pg_get_wal_replay_pause_state()") == "paused", deadline_s=30,
-         what="replay paused")
+    poll(
+        lambda: pair.replica_sql("SELECT pg_get_wal_replay_pause_state()") == "paused",
+        deadline_s=30,
+        what="replay paused",
+    )
     try:
         yield pair
     finally:
@@ -64,8 +67,12 @@ def paused(pair: ReplicaPair) -> Iterator[ReplicaPair]:
 
 
 def settings_for(pair: ReplicaPair, redis_url: str, *, max_lag_s: float) -> Settings:
-    return load_settings(database_url=pair.primary_url, database_read_url=pair.replica_url, redis_url=redis_url,
-                         replicas={"max_lag_seconds": max_lag_s, "check_interval_seconds": 0.1})
+    return load_settings(
+        database_url=pair.primary_url,
+        database_read_url=pair.replica_url,
+        redis_url=redis_url,
+        replicas={"max_lag_seconds": max_lag_s, "check_interval_seconds": 0.1},
+    )
 
 
 def apply_writes(settings: Settings, engine: Engine, tenant: str, butler: str = BUTLER) -> None:
@@ -75,8 +82,14 @@ def apply_writes(settings: Settings, engine: Engine, tenant: str, butler: str = 
 
 
 def store_fact(butler: Butler, content: str, **extra: Any) -> str:
-    out = butler.ok("memory_store_fact", subject="user", predicate=f"p_{uuid.uuid4().hex[:8]}", content=content,
-                    scope=BUTLER, **extra)
+    out = butler.ok(
+        "memory_store_fact",
+        subject="user",
+        predicate=f"p_{uuid.uuid4().hex[:8]}",
+        content=content,
+        scope=BUTLER,
+        **extra,
+    )
     return out["id"]
 
 
@@ -100,7 +113,8 @@ def on_replica(pair: ReplicaPair, fact_id: str) -> int:
 
 
 def test_reads_are_served_by_the_replica_and_read_your_writes_fall_back_to_the_primary(
-        pair, primary, paused, redis_url):
+    pair, primary, paused, redis_url
+):
     # given a front reading from the replica (the bound is far: the paused replica stays in use)
     settings = settings_for(pair, redis_url, max_lag_s=600)
     tenant = new_tenant(primary)
@@ -110,8 +124,9 @@ def test_reads_are_served_by_the_replica_and_read_your_writes_fall_back_to_the_p
     with Front(settings) as front:
         writer.url = other.url = front.url
         # when a fact is accepted under a request_id and applied on the primary while the replica does not replay
-        fact_id = store_fact(writer, "The user's favourite tea is a smoky lapsang souchong", request_context={
-            "request_id": "rw-tea-1"})
+        fact_id = store_fact(
+            writer, "The user's favourite tea is a smoky lapsang souchong", request_context={"request_id": "rw-tea-1"}
+        )
         apply_writes(settings, primary, tenant)
         assert on_replica(pair, fact_id) == 0
         # then a read carrying that request_context sees it (the replica has not replayed it: the primary answers)
@@ -126,22 +141,36 @@ def test_reads_are_served_by_the_replica_and_read_your_writes_fall_back_to_the_p
         assert fact_id not in [h["id"] for h in search["results"]] and search["degraded"] is False
         # and the replica's lag shows in the gauge, in /metrics and in the function the metrics module calls
         operator = new_token(primary, tenant, ["*"], role="operator")  # replica gauges are fleet-wide
-        poll(lambda: gauges(front, operator).get("memory_butler_replica_lag_seconds", {}).get(label, 0) > 0.3,
-             deadline_s=20, what="the paused replica's lag in /metrics")
+        poll(
+            lambda: gauges(front, operator).get("memory_butler_replica_lag_seconds", {}).get(label, 0) > 0.3,
+            deadline_s=20,
+            what="the paused replica's lag in /metrics",
+        )
         assert gauges(front, operator)["memory_butler_replica_up"][label] == 1
         assert replicas.replica_lag_seconds()[label] > 0.3
         # when replay resumes, the replica serves the fact and its lag falls back to zero
         pair.replica_sql("SELECT pg_wal_replay_resume()")
         poll(lambda: fact_id in recalled(other, "favourite tea"), deadline_s=30, what="the replica replaying")
-        poll(lambda: gauges(front, operator)["memory_butler_replica_lag_seconds"][label] == 0, deadline_s=30,
-             what="the lag back at zero once the replica has replayed everything")
+        poll(
+            lambda: gauges(front, operator)["memory_butler_replica_lag_seconds"][label] == 0,
+            deadline_s=30,
+            what="the lag back at zero once the replica has replayed everything",
+        )
         # and the front's reads really ran on the replica (its connections are there, under the front's name)
-        assert int(pair.replica_sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-                                    "'memory-butler' AND backend_type = 'client backend'")) >= 1
+        assert (
+            int(
+                pair.replica_sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                    "'memory-butler' AND backend_type = 'client backend'"
+                )
+            )
+            >= 1
+        )
 
 
 def test_memory_get_of_an_accepted_id_reads_the_primary_until_the_replica_has_the_intent(
-        pair, primary, paused, redis_url):
+    pair, primary, paused, redis_url
+):
     # given a front on the paused replica
     settings = settings_for(pair, redis_url, max_lag_s=600)
     tenant = new_tenant(primary)
@@ -169,8 +198,11 @@ def test_a_replica_lagging_past_the_bound_degrades_reads_to_the_primary(pair, pr
         fact_id = store_fact(butler, "The user's cat is called Miso")
         apply_writes(settings, primary, tenant)
         # when the replica falls further behind than the bound
-        poll(lambda: gauges(front, operator)["memory_butler_replica_lag_seconds"][label] > 1.0, deadline_s=20,
-             what="the lag past the bound")
+        poll(
+            lambda: gauges(front, operator)["memory_butler_replica_lag_seconds"][label] > 1.0,
+            deadline_s=20,
+            what="the lag past the bound",
+        )
         # then reads, with no request_context, go to the primary and see the fact (not degraded: fail open)
         assert fact_id in recalled(butler, "the cat's name")
         assert on_replica(pair, fact_id) == 0  # still paused: the answer cannot have come from the replica
@@ -200,13 +232,19 @@ def test_a_dead_replica_degrades_reads_to_the_primary_and_is_used_again_when_bac
             search = butler.ok("memory_search", query="Brompton", min_confidence=0)
             assert fact_id in [h["id"] for h in search["results"]] and search["degraded"] is False
             assert butler.ok("memory_get", type="fact", id=fact_id)["status"] == "ok"
-            poll(lambda: gauges(front, operator)["memory_butler_replica_up"][label] == 0, deadline_s=20,
-                 what="the dead replica reported down")
+            poll(
+                lambda: gauges(front, operator)["memory_butler_replica_up"][label] == 0,
+                deadline_s=20,
+                what="the dead replica reported down",
+            )
         finally:
             pair.start_server("replica")
         # and when it is back, it is used again
-        poll(lambda: gauges(front, operator)["memory_butler_replica_up"][label] == 1, deadline_s=30,
-             what="the replica back up")
+        poll(
+            lambda: gauges(front, operator)["memory_butler_replica_up"][label] == 1,
+            deadline_s=30,
+            what="the replica back up",
+        )
         assert fact_id in recalled(butler, "bicycle")
 
 
@@ -221,8 +259,11 @@ def test_the_dashboard_reads_the_replica_and_a_person_sees_their_own_edit(pair, 
         apply_writes(settings, primary, tenant)
         pair.wait_replayed()
         pair.replica_sql("SELECT pg_wal_replay_pause()")
-        poll(lambda: pair.replica_sql("SELECT pg_get_wal_replay_pause_state()") == "paused", deadline_s=30,
-             what="replay paused")
+        poll(
+            lambda: pair.replica_sql("SELECT pg_get_wal_replay_pause_state()") == "paused",
+            deadline_s=30,
+            what="replay paused",
+        )
         editor = Dash(front.base, new_token(primary, tenant, ["*"], role="admin"))
         viewer = Dash(front.base, new_token(primary, tenant, ["*"], role="admin"))
         # when one person deletes the fact in the dashboard (on the primary)
@@ -247,8 +288,11 @@ def test_a_butler_that_forgot_a_memory_does_not_recall_it_from_a_replica_behind(
         apply_writes(settings, primary, tenant)
         pair.wait_replayed()
         pair.replica_sql("SELECT pg_wal_replay_pause()")
-        poll(lambda: pair.replica_sql("SELECT pg_get_wal_replay_pause_state()") == "paused", deadline_s=30,
-             what="replay paused")
+        poll(
+            lambda: pair.replica_sql("SELECT pg_get_wal_replay_pause_state()") == "paused",
+            deadline_s=30,
+            what="replay paused",
+        )
         # when one butler forgets it (on the primary, at once)
         forgetter.ok("memory_forget", type="fact", id=fact_id)
         # then that butler's next reads do not return it (they need the forget: the primary answers)
@@ -285,8 +329,11 @@ def test_a_replica_that_swallows_connections_holds_neither_the_start_nor_the_rea
         assert time.monotonic() - started < 3.0
         with plane.connect() as conn:
             assert conn.engine is engine and conn.execute(text("SELECT 1")).scalar() == 1
-        poll(lambda: plane.statuses()[0].reason and plane.statuses()[0].reason.startswith("unreachable"),
-             deadline_s=10, what="the stalled replica reported unreachable")
+        poll(
+            lambda: plane.statuses()[0].reason and plane.statuses()[0].reason.startswith("unreachable"),
+            deadline_s=10,
+            what="the stalled replica reported unreachable",
+        )
     finally:
         plane.close()
         proxy.close()

@@ -32,14 +32,22 @@ async def _session(params: StdioServerParameters, steps: Any) -> Any:
 def test_stdio_serves_the_tools(worker, api_settings: Settings) -> None:
     tenant = f"stdio-{uuid.uuid4().hex[:8]}"
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "memory_api", "serve", "--stdio"], cwd=str(ROOT),
-        env={"DATABASE_URL": api_settings.database_url, "REDIS_URL": api_settings.redis_url,
-             "MEMORY_BUTLER_TENANT_ID": tenant, "MEMORY_BUTLER_DATA_DIR": tempfile.mkdtemp()})
+        command=sys.executable,
+        args=["-m", "memory_api", "serve", "--stdio"],
+        cwd=str(ROOT),
+        env={
+            "DATABASE_URL": api_settings.database_url,
+            "REDIS_URL": api_settings.redis_url,
+            "MEMORY_BUTLER_TENANT_ID": tenant,
+            "MEMORY_BUTLER_DATA_DIR": tempfile.mkdtemp(),
+        },
+    )
 
     async def steps(session: ClientSession) -> dict[str, Any]:
         names = {t.name for t in (await session.list_tools()).tools}
-        stored = await session.call_tool("memory_store_fact", {"subject": "user", "predicate": "editor",
-                                                               "content": "The user edits with vim"})
+        stored = await session.call_tool(
+            "memory_store_fact", {"subject": "user", "predicate": "editor", "content": "The user edits with vim"}
+        )
 
         async def fetch() -> dict[str, Any]:
             got = await session.call_tool("memory_get", {"type": "fact", "id": stored.structured_content["id"]})

@@ -16,13 +16,21 @@ from memory_api.tools.services import AUTH_THREADS
 from shared.config import Settings
 from tests.api.conftest import Butler, Front, TcpProxy, new_tenant, new_token, poll
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
 
 
 def _post(front: Front, token: str, timeout: float = 15) -> httpx.Response:
-    return httpx.post(front.url, json=INIT, timeout=timeout, headers={
-        "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"})
+    return httpx.post(
+        front.url,
+        json=INIT,
+        timeout=timeout,
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
+    )
 
 
 def _front(settings: Settings, **api: object) -> Front:
@@ -57,8 +65,10 @@ def test_unknown_tokens_are_looked_up_on_their_own_few_threads(stalled) -> None:
     front, _ = stalled
     services = front.app.state.services
     answers: list[int] = []
-    flood = [threading.Thread(target=lambda n=n: answers.append(_post(front, "mb_" + f"{n:043d}").status_code))
-             for n in range(3 * AUTH_THREADS)]
+    flood = [
+        threading.Thread(target=lambda n=n: answers.append(_post(front, "mb_" + f"{n:043d}").status_code))
+        for n in range(3 * AUTH_THREADS)
+    ]
     for thread in flood:
         thread.start()
     # then at most AUTH_THREADS look-ups run at a time, the rest wait, and no tool thread is taken

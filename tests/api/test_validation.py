@@ -25,33 +25,61 @@ BAD_CALLS = [
     ("memory_store_episode", {"content": "hi", "butler": "health", "importance": "very"}, "importance"),
     ("memory_store_episode", {"content": "hi", "butler": "health", "session_id": "abc"}, "session_id"),
     ("memory_store_episode", {"content": "hi", "butler": "health", "idempotency_key": ""}, "idempotency_key"),
-    ("memory_store_episode", {"content": "hi", "butler": "health", "request_context": {"request_id": ""}},
-     "request_context.request_id"),
-    ("memory_store_episode", {"content": "hi", "butler": "health", "request_context": {"trace": "x"}},
-     "request_context.trace"),
+    (
+        "memory_store_episode",
+        {"content": "hi", "butler": "health", "request_context": {"request_id": ""}},
+        "request_context.request_id",
+    ),
+    (
+        "memory_store_episode",
+        {"content": "hi", "butler": "health", "request_context": {"trace": "x"}},
+        "request_context.trace",
+    ),
     ("memory_store_episode", {"content": "hi", "butler": "health", "colour": "red"}, "colour"),
-    ("memory_store_episode", {"content": "hi", "butler": "health", "occurred_at": "2999-01-01T00:00:00Z"},
-     "occurred_at"),
-    ("memory_store_episode", {"content": "hi", "butler": "health", "occurred_at": "1969-12-31T23:59:59Z"},
-     "occurred_at"),
-    ("memory_store_episode", {"content": "hi", "butler": "health", "occurred_at": "2025-01-01T10:00:00"},
-     "occurred_at"),
+    (
+        "memory_store_episode",
+        {"content": "hi", "butler": "health", "occurred_at": "2999-01-01T00:00:00Z"},
+        "occurred_at",
+    ),
+    (
+        "memory_store_episode",
+        {"content": "hi", "butler": "health", "occurred_at": "1969-12-31T23:59:59Z"},
+        "occurred_at",
+    ),
+    (
+        "memory_store_episode",
+        {"content": "hi", "butler": "health", "occurred_at": "2025-01-01T10:00:00"},
+        "occurred_at",
+    ),
     ("memory_store_episode", {"content": "hi", "butler": "health", "occurred_at": "last tuesday"}, "occurred_at"),
-    ("memory_ingest_batch", {"episodes": [{"content": "ok", "butler": "health"},
-                                          {"content": "ok", "butler": "health", "occurred_at": "2999-01-01T00:00:00Z"}]},
-     "episodes.1.occurred_at"),
+    (
+        "memory_ingest_batch",
+        {
+            "episodes": [
+                {"content": "ok", "butler": "health"},
+                {"content": "ok", "butler": "health", "occurred_at": "2999-01-01T00:00:00Z"},
+            ]
+        },
+        "episodes.1.occurred_at",
+    ),
     ("memory_search", {"query": "q", "until": "yesterday"}, "until"),
     ("memory_search", {"query": "q", "since": "2025-02-01T00:00:00Z", "until": "2025-01-01T00:00:00Z"}, "until"),
     ("memory_store_fact", {"predicate": "p", "content": "c"}, "subject"),
     ("memory_store_fact", {"subject": "s", "predicate": "p", "content": "c", "permanence": "forever"}, "permanence"),
     ("memory_store_fact", {"subject": "s", "predicate": "p", "content": "c", "tags": ["ok", ""]}, "tags.1"),
-    ("memory_store_fact", {"subject": "s", "predicate": "p", "content": "c", "tags": [f"t{i}" for i in range(33)]},
-     "tags"),
+    (
+        "memory_store_fact",
+        {"subject": "s", "predicate": "p", "content": "c", "tags": [f"t{i}" for i in range(33)]},
+        "tags",
+    ),
     ("memory_store_fact", {"subject": "s" * 201, "predicate": "p", "content": "c"}, "subject"),
     ("memory_store_rule", {"content": "c", "scope": "*"}, "scope"),
     ("memory_ingest_batch", {"episodes": []}, "episodes"),
-    ("memory_ingest_batch", {"episodes": [{"content": "ok", "butler": "health"}, {"content": "", "butler": "health"}]},
-     "episodes.1.content"),
+    (
+        "memory_ingest_batch",
+        {"episodes": [{"content": "ok", "butler": "health"}, {"content": "", "butler": "health"}]},
+        "episodes.1.content",
+    ),
     ("memory_ingest_batch", {"episodes": [{"content": "ok", "butler": "health"}] * 501}, "episodes"),
     ("memory_search", {"query": ""}, "query"),
     ("memory_search", {"query": "q", "mode": "fuzzy"}, "mode"),
@@ -78,8 +106,11 @@ BAD_CALLS = [
     # text PostgreSQL cannot store: a NUL character (was "internal error")
     ("memory_store_episode", {"content": "a\x00b", "butler": "health"}, "content"),
     ("memory_store_fact", {"subject": "s", "predicate": "p", "content": "c", "tags": ["ok", "a\x00"]}, "tags.1"),
-    ("memory_ingest_batch", {"episodes": [{"content": "ok", "butler": "health"},
-                                          {"content": "o\x00k", "butler": "health"}]}, "episodes.1.content"),
+    (
+        "memory_ingest_batch",
+        {"episodes": [{"content": "ok", "butler": "health"}, {"content": "o\x00k", "butler": "health"}]},
+        "episodes.1.content",
+    ),
     ("memory_search", {"query": "a\x00"}, "query"),
     # digits that are not ASCII digits (isdigit() took "²" for a cursor, then int() crashed)
     ("memory_activity_stream", {"since": "²"}, "since"),
@@ -91,8 +122,9 @@ BAD_CALLS = [
 
 
 @pytest.mark.parametrize(("tool", "arguments", "field"), BAD_CALLS, ids=[f"{t}-{f}" for t, _, f in BAD_CALLS])
-def test_bad_input_names_the_field_and_writes_nothing(tool: str, arguments: dict, field: str, admin: Butler,
-                                                      engine: Engine, tenant_a: str) -> None:
+def test_bad_input_names_the_field_and_writes_nothing(
+    tool: str, arguments: dict, field: str, admin: Butler, engine: Engine, tenant_a: str
+) -> None:
     err = admin.error(tool, **arguments)
     assert err["error"] == "invalid_input", err
     assert err["field"] == field, err

@@ -14,8 +14,13 @@ from tests.api.conftest import Butler, Front, applied, count_rows, new_token
 
 def test_episode_is_accepted_applied_and_found(worker, health: Butler, engine: Engine, tenant_a: str) -> None:
     # when a butler stores an episode with lineage
-    out = health.ok("memory_store_episode", content="User asked to move the dentist appointment to a morning slot",
-                    butler="health", importance=6, request_context={"request_id": "req-episode-1"})
+    out = health.ok(
+        "memory_store_episode",
+        content="User asked to move the dentist appointment to a morning slot",
+        butler="health",
+        importance=6,
+        request_context={"request_id": "req-episode-1"},
+    )
     # then it is accepted at once, with the id and the echoed request id
     assert out["status"] == "accepted" and out["type"] == "episode" and out["butler"] == "health"
     assert out["request_id"] == "req-episode-1" and out["replayed"] is False
@@ -28,12 +33,20 @@ def test_episode_is_accepted_applied_and_found(worker, health: Butler, engine: E
 
 
 def test_fact_supersedes_and_rule_starts_as_candidate(worker, health: Butler) -> None:
-    first = health.ok("memory_store_fact", subject="user", predicate="favorite color", content="The user likes green",
-                      permanence="stable", scope="health", tags=["prefs"])
+    first = health.ok(
+        "memory_store_fact",
+        subject="user",
+        predicate="favorite color",
+        content="The user likes green",
+        permanence="stable",
+        scope="health",
+        tags=["prefs"],
+    )
     assert first["butler"] == "health"
     applied(health, "fact", first["id"])
-    second = health.ok("memory_store_fact", subject="user", predicate="favorite_color", content="The user likes blue",
-                       scope="health")
+    second = health.ok(
+        "memory_store_fact", subject="user", predicate="favorite_color", content="The user likes blue", scope="health"
+    )
     fact = applied(health, "fact", second["id"])
     assert fact["supersedes_id"] == first["id"] and fact["predicate"] == "favorite_color"
     assert health.ok("memory_get", type="fact", id=first["id"])["memory"]["validity"] == "superseded"
@@ -58,15 +71,22 @@ def test_same_idempotency_key_is_one_write(worker, health: Butler, engine: Engin
     assert count_rows(engine, "write_intents", tenant_a) == 1
     assert count_rows(engine, "episodes", tenant_a) == 1
     # a key already used for an episode cannot name a fact
-    err = health.error("memory_store_fact", subject="user", predicate="drink", content="tea",
-                       idempotency_key="ep-tea-1")
+    err = health.error(
+        "memory_store_fact", subject="user", predicate="drink", content="tea", idempotency_key="ep-tea-1"
+    )
     assert err["error"] == "idempotency_conflict" and err["field"] == "idempotency_key"
 
 
 def test_ingest_batch_accepts_all_in_order(worker, front: Front, engine: Engine, tenant_a: str) -> None:
     butler = Butler(front.url, new_token(engine, tenant_a, ["health", "finance"]))
-    episodes = [{"content": f"Batch observation number {i}", "butler": "health" if i % 2 else "finance",
-                 "idempotency_key": f"batch-{i}"} for i in range(20)]
+    episodes = [
+        {
+            "content": f"Batch observation number {i}",
+            "butler": "health" if i % 2 else "finance",
+            "idempotency_key": f"batch-{i}",
+        }
+        for i in range(20)
+    ]
     out = butler.ok("memory_ingest_batch", episodes=episodes)
     assert out["count"] == 20 and [i["idempotency_key"] for i in out["items"]] == [f"batch-{i}" for i in range(20)]
     assert {i["butler"] for i in out["items"]} == {"health", "finance"}
@@ -77,8 +97,9 @@ def test_ingest_batch_accepts_all_in_order(worker, front: Front, engine: Engine,
     assert count_rows(engine, "write_intents", tenant_a) == 20
 
 
-def test_pending_until_applied_even_with_the_broker_down(worker, api_settings: Settings, engine: Engine,
-                                                         tenant_a: str) -> None:
+def test_pending_until_applied_even_with_the_broker_down(
+    worker, api_settings: Settings, engine: Engine, tenant_a: str
+) -> None:
     # given a front whose broker is unreachable (nothing will wake a worker)
     dead_broker = api_settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
     with Front(dead_broker) as lonely:

@@ -99,11 +99,18 @@ async def replay(run: Run, url: str, engine, limit: int | None, with_context: bo
 
 async def _store(session, run: Run, turns: list[rm.Turn]) -> None:  # noqa: ANN001
     for start in range(0, len(turns), BATCH):
-        chunk = turns[start:start + BATCH]
+        chunk = turns[start : start + BATCH]
         # The few turns over the episode cap (memory_store_episode takes 20,000 characters) are cut there, as an
         # importer would have to; the evidence check reads a turn's first 60 characters.
-        episodes = [{"content": t.content[:MAX_CONTENT], "butler": BUTLER, "session_id": str(t.session_id),
-                     "occurred_at": t.occurred_at.isoformat()} for t in chunk]
+        episodes = [
+            {
+                "content": t.content[:MAX_CONTENT],
+                "butler": BUTLER,
+                "session_id": str(t.session_id),
+                "occurred_at": t.occurred_at.isoformat(),
+            }
+            for t in chunk
+        ]
         body = await call_tool(session, "memory_ingest_batch", {"episodes": episodes}, timeout_s=120)
         run.keys.update({item["id"]: t.key for item, t in zip(body["items"], chunk, strict=True)})
 
@@ -115,11 +122,14 @@ def _wait_applied(engine, tenant: str, rewake, deadline_s: float = 1800) -> None
     last = None
     while time.monotonic() - t0 < deadline_s:
         with engine.connect() as conn:
-            left = conn.execute(text("SELECT count(*) FROM write_intents WHERE tenant_id = :t AND status <> 'applied'"),
-                                {"t": tenant}).scalar()
+            left = conn.execute(
+                text("SELECT count(*) FROM write_intents WHERE tenant_id = :t AND status <> 'applied'"), {"t": tenant}
+            ).scalar()
             if not left and len(TYPES) > 1:  # --consolidate: and consolidated
-                left = conn.execute(text("SELECT count(*) FROM episodes WHERE tenant_id = :t AND "
-                                         "consolidation_status = 'pending'"), {"t": tenant}).scalar()
+                left = conn.execute(
+                    text("SELECT count(*) FROM episodes WHERE tenant_id = :t AND consolidation_status = 'pending'"),
+                    {"t": tenant},
+                ).scalar()
         if not left:
             return
         if left != last:
@@ -138,8 +148,12 @@ async def _ask(session, run: Run, q: rm.Query, until: str, with_context: bool) -
     run.search_s.append(time.perf_counter() - t0)
     run.ranked[q.query_id] = [h["id"] for h in body["results"]]  # turned into turn keys by resolve()
     if with_context:
-        body = await call_tool(session, "memory_context",
-                               {"trigger_prompt": q.text, "butler": BUTLER, "token_budget": BUDGET}, timeout_s=60)
+        body = await call_tool(
+            session,
+            "memory_context",
+            {"trigger_prompt": q.text, "butler": BUTLER, "token_budget": BUDGET},
+            timeout_s=60,
+        )
         run.blocks[q.query_id] = body["context"]
         run.included[q.query_id] = {i for ids in body["included"].values() for i in ids}
 
@@ -148,8 +162,9 @@ def resolve(run: Run, engine) -> None:  # noqa: ANN001
     """Hit ids as turn keys: an episode is its turn, a fact or rule the turn it was learned from (first seen)."""
     with engine.connect() as conn:
         for table in ("facts", "rules"):
-            for i, source in conn.execute(text(f"SELECT id::text, source_episode_id::text FROM {table} "
-                                               "WHERE tenant_id = :t"), {"t": run.tenant}):
+            for i, source in conn.execute(
+                text(f"SELECT id::text, source_episode_id::text FROM {table} WHERE tenant_id = :t"), {"t": run.tenant}
+            ):
                 if source in run.keys:
                     run.derived[i] = run.keys[source]
     for qid, ids in run.ranked.items():
@@ -165,8 +180,12 @@ def baselines(run: Run, engine, queries: list[rm.Query]) -> tuple[dict, dict, di
     tokens = [re.findall(r"\w+", t.content.lower()) for t in turns]
     ids = {key: i for i, key in run.keys.items()}
     with engine.connect() as conn:
-        stored = {i: json.loads(v) for i, v in conn.execute(
-            text("SELECT id::text, embedding::text FROM episodes WHERE tenant_id = :t"), {"t": run.tenant})}
+        stored = {
+            i: json.loads(v)
+            for i, v in conn.execute(
+                text("SELECT id::text, embedding::text FROM episodes WHERE tenant_id = :t"), {"t": run.tenant}
+            )
+        }
     embedder, counter = get_embedder(), get_token_counter()
     bm25, dense, packed = {}, {}, {}
     for q in queries:
@@ -191,8 +210,9 @@ def _pack(contents: list[str], counter) -> str:  # noqa: ANN001
     return "\n".join(lines)
 
 
-def in_block(q: rm.Query, block: str, turns: dict[tuple[int, int], rm.Turn],
-             derived: frozenset[tuple[int, int]] = frozenset()) -> bool:
+def in_block(
+    q: rm.Query, block: str, turns: dict[tuple[int, int], rm.Turn], derived: frozenset[tuple[int, int]] = frozenset()
+) -> bool:
     """An evidence turn's first 60 characters are in the block, or (``derived``) a fact or rule learned from it."""
     folded = rm.fold(block)
     return any(rm.fold(turns[key].text)[:PREFIX] in folded or key in derived for key in q.evidence)
@@ -222,8 +242,10 @@ def _report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> Non
                 blocks.append(in_block(q, run.blocks[q.query_id], turns, learned))
                 packs.append(in_block(q, packed[q.query_id], turns))
     rows = rm.table(per_query)
-    print(f"\nRealMem personas {', '.join(str(r.number) for r in runs)}: {len(per_query['rank-bm25'])} queries, "
-          f"{sum(len(r.keys) for r in runs)} episodes stored in {ingest_s:.0f} s (replay incl. applying)")
+    print(
+        f"\nRealMem personas {', '.join(str(r.number) for r in runs)}: {len(per_query['rank-bm25'])} queries, "
+        f"{sum(len(r.keys) for r in runs)} episodes stored in {ingest_s:.0f} s (replay incl. applying)"
+    )
     print(f"{'system':<24}{'category':<22}{'n':>5}" + "".join(f"{m:>9}" for m in rm.METRICS))
     for system, category, n, m in rows:
         print(f"{system:<24}{category:<22}{n:>5}" + "".join(f"{m[k]:>9.3f}" for k in rm.METRICS))
@@ -232,35 +254,50 @@ def _report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> Non
     print("ratio to rank-bm25 (all): " + ", ".join(f"{k} {mine[k] / base[k]:.2f}x" for k in rm.METRICS if base[k]))
     if with_context:
         share, packed = sum(blocks) / len(blocks), sum(packs) / len(packs)
-        print(f"evidence in the block at {BUDGET} tokens: memory_context {share:.3f}, rank-bm25 packed {packed:.3f} "
-              f"({share / packed if packed else float('nan'):.2f}x)")
+        print(
+            f"evidence in the block at {BUDGET} tokens: memory_context {share:.3f}, rank-bm25 packed {packed:.3f} "
+            f"({share / packed if packed else float('nan'):.2f}x)"
+        )
 
 
 def single_client(url: str, run: Run) -> list[float]:
     """The persona's searches again (those asked), one client, idle stack: memory_search latency through MCP."""
+
     async def go() -> list[float]:
         out = []
         async with open_session(url, run.token, timeout_s=60) as session:
             for q in (q for q in run.persona.queries if q.query_id in run.ranked):
                 until = next(t.occurred_at for t in run.persona.turns if t.key[0] == q.session).isoformat()
                 t0 = time.perf_counter()
-                await call_tool(session, "memory_search", {"query": q.text, "types": ["episode"], "limit": 20,
-                                                           "until": until}, timeout_s=60)
+                await call_tool(
+                    session,
+                    "memory_search",
+                    {"query": q.text, "types": ["episode"], "limit": 20, "until": until},
+                    timeout_s=60,
+                )
                 out.append(time.perf_counter() - t0)
         return out
+
     return asyncio.run(go())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--split", choices=("dev", "test", "all"), default="dev",
-                        help="dev = personas 1-5 (tune here), test = 6-10 (report)")
+    parser.add_argument(
+        "--split",
+        choices=("dev", "test", "all"),
+        default="dev",
+        help="dev = personas 1-5 (tune here), test = 6-10 (report)",
+    )
     parser.add_argument("--personas", help="comma-separated persona numbers (1-10), instead of --split")
     parser.add_argument("--limit", type=int, help="at most this many queries per persona (a quick run)")
     parser.add_argument("--workers", type=int, default=2, help="celery worker processes applying the episodes")
     parser.add_argument("--no-context", action="store_true", help="skip memory_context (search only)")
-    parser.add_argument("--consolidate", action="store_true",
-                        help="consolidation on; search facts, rules and episodes (a fact counts as its source turn)")
+    parser.add_argument(
+        "--consolidate",
+        action="store_true",
+        help="consolidation on; search facts, rules and episodes (a fact counts as its source turn)",
+    )
     parser.add_argument("--database-url", help="a database to use (default: a throwaway one on the embedded server)")
     parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after")
     args = parser.parse_args()
@@ -284,6 +321,7 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}/mcp"
         try:
             from memory_workers import app as worker_app
+
             settings = load_settings(redis_url=args.redis_url, database_url=url_db)
             worker_app.configure(worker_app.app, settings)
             wait_ready(worker_app.app, args.workers)
@@ -303,13 +341,21 @@ def main() -> int:
         if args.consolidate:
             _learned(runs, engine)
         report(runs, engine, ingest_s, not args.no_context)
-        print(f"memory_search via MCP, one client, persona {largest.number} ({len(largest.keys)} episodes): "
-              f"p50 {pct(latency, 50):.1f} ms, p95 {pct(latency, 95):.1f} ms")
+        print(
+            f"memory_search via MCP, one client, persona {largest.number} ({len(largest.keys)} episodes): "
+            f"p50 {pct(latency, 50):.1f} ms, p95 {pct(latency, 95):.1f} ms"
+        )
     return 0
 
 
-async def _all(runs: list[Run], url: str, engine, limit: int | None, with_context: bool,  # noqa: ANN001
-               rewake) -> None:  # noqa: ANN001
+async def _all(
+    runs: list[Run],
+    url: str,
+    engine,
+    limit: int | None,
+    with_context: bool,  # noqa: ANN001
+    rewake,
+) -> None:  # noqa: ANN001
     await asyncio.gather(*(replay(run, url, engine, limit, with_context, rewake) for run in runs))
 
 
@@ -317,8 +363,10 @@ def _learned(runs: list[Run], engine) -> None:  # noqa: ANN001
     """What consolidation learned per persona."""
     for run in runs:
         with engine.connect() as conn:
-            facts, rules = (conn.execute(text(f"SELECT count(*) FROM {t} WHERE tenant_id = :t"),
-                                         {"t": run.tenant}).scalar() for t in ("facts", "rules"))
+            facts, rules = (
+                conn.execute(text(f"SELECT count(*) FROM {t} WHERE tenant_id = :t"), {"t": run.tenant}).scalar()
+                for t in ("facts", "rules")
+            )
         print(f"persona {run.number}: {len(run.keys)} episodes -> {facts} facts, {rules} rules")
 
 

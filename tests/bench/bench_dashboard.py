@@ -29,8 +29,12 @@ from shared.tenancy import create_token  # noqa: E402
 from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line  # noqa: E402
 from tests.bench.corpus import SUBJECTS, TOPICS, load_corpus  # noqa: E402
 
-FLEET_PAGE = (("/api/me", {}), ("/api/butlers", {}), ("/api/memory/health", {}),
-              ("/api/memory/activity", {"limit": 25}))
+FLEET_PAGE = (
+    ("/api/me", {}),
+    ("/api/butlers", {}),
+    ("/api/memory/health", {}),
+    ("/api/memory/activity", {"limit": 25}),
+)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -48,14 +52,16 @@ def _timed(n: int, call: Callable[[], None]) -> list[float]:
 
 def scenarios(rng: random.Random) -> dict[str, Callable[[httpx.Client], None]]:
     """Each scenario makes the calls one screen makes; a non-200 answer stops the benchmark."""
+
     def get(client: httpx.Client, path: str, params: dict) -> None:
         response = client.get(path, params=params)
         response.raise_for_status()
 
     return {
         "facts list, first page": lambda c: get(c, "/api/memory/facts", {"limit": 50}),
-        "facts, butler panel": lambda c: get(c, "/api/butlers/health/memory/facts",
-                                             {"limit": 100, "validity": "active,fading,superseded"}),
+        "facts, butler panel": lambda c: get(
+            c, "/api/butlers/health/memory/facts", {"limit": 100, "validity": "active,fading,superseded"}
+        ),
         "facts, by subject": lambda c: get(c, "/api/memory/facts", {"subject": rng.choice(SUBJECTS), "limit": 50}),
         "facts, words (q)": lambda c: get(c, "/api/memory/facts", {"q": rng.choice(TOPICS), "limit": 50}),
         "facts, page at 10k": lambda c: get(c, "/api/memory/facts", {"limit": 50, "offset": 10_000}),
@@ -77,20 +83,30 @@ def main() -> int:
     from tests.api.conftest import Front  # the API tests' way of running the real front in this process
 
     with bench_redis(args.redis_url) as redis_url, bench_engine(args.database_url) as engine:
-        (tenant,) = load_corpus(engine, facts=args.facts, rules=args.rules, tenants=1, distinct=1000,
-                                progress=lambda m: print(m, file=sys.stderr))
+        (tenant,) = load_corpus(
+            engine,
+            facts=args.facts,
+            rules=args.rules,
+            tenants=1,
+            distinct=1000,
+            progress=lambda m: print(m, file=sys.stderr),
+        )
         with unit_of_work(engine) as conn:
             _, token = create_token(conn, tenant_id=tenant, name="bench", butlers=["*"], role="admin")
         settings = load_settings(database_url=engine.url.render_as_string(hide_password=False), redis_url=redis_url)
-        with Front(settings) as front, httpx.Client(base_url=front.base, timeout=30,
-                                                    headers={"Authorization": f"Bearer {token}"}) as client:
+        with (
+            Front(settings) as front,
+            httpx.Client(base_url=front.base, timeout=30, headers={"Authorization": f"Bearer {token}"}) as client,
+        ):
             results = {}
             for label, scenario in scenarios(random.Random(7)).items():
                 _timed(5, lambda: scenario(client))  # warm the pool, the plans and the caches
                 results[label] = _timed(args.requests, lambda: scenario(client))
-    print(f"\n{args.facts} facts + {args.rules} rules in one tenant (an admin token sees them all), "
-          f"{args.requests} requests each, one client, HTTP to the front on this machine "
-          f"({datetime.now(timezone.utc):%Y-%m-%d})")
+    print(
+        f"\n{args.facts} facts + {args.rules} rules in one tenant (an admin token sees them all), "
+        f"{args.requests} requests each, one client, HTTP to the front on this machine "
+        f"({datetime.now(timezone.utc):%Y-%m-%d})"
+    )
     print(reference_line())
     print(f"{'screen':<24}{'p50 ms':>9}{'p95 ms':>9}")
     for label, values in results.items():

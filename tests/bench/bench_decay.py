@@ -53,8 +53,12 @@ CROSS JOIN LATERAL (SELECT q.permanence, CASE q.permanence WHEN 'permanent' THEN
 
 def ensure_tenants(engine: Engine) -> None:
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO tenants (id) SELECT 'bench-' || g FROM generate_series(0, :k - 1) g "
-                          "ON CONFLICT DO NOTHING"), {"k": TENANTS})
+        conn.execute(
+            text(
+                "INSERT INTO tenants (id) SELECT 'bench-' || g FROM generate_series(0, :k - 1) g ON CONFLICT DO NOTHING"
+            ),
+            {"k": TENANTS},
+        )
 
 
 def load(engine: Engine, n: int, chunk: int = 100_000) -> float:
@@ -100,8 +104,11 @@ def cleanup(engine: Engine, n: int, batch: int) -> None:
     summary = maintenance.episode_cleanup(engine, now=NOW, settings=load_settings(), batch=batch)
     seconds = time.monotonic() - started
     deleted = summary["expired_deleted"] + summary["capacity_deleted"]
-    print(f"cleanup batch={batch:>6}: {deleted:,} of {n:,} episodes deleted in {seconds:.1f} s "
-          f"= {deleted / seconds:,.0f} rows/s: {summary}", flush=True)
+    print(
+        f"cleanup batch={batch:>6}: {deleted:,} of {n:,} episodes deleted in {seconds:.1f} s "
+        f"= {deleted / seconds:,.0f} rows/s: {summary}",
+        flush=True,
+    )
 
 
 # Events spread evenly over the 12 months before NOW, over the bench tenants.
@@ -121,8 +128,9 @@ def events_cleanup(engine: Engine, n: int, chunk: int = 200_000) -> None:
             partitions.create_month(conn, month=partitions.add_months(partitions.month_start(NOW), -month))
     for first in range(1, n + 1, chunk):
         with engine.begin() as conn:
-            conn.execute(text(EVENTS_SQL), {"tenants": TENANTS, "now": NOW, "first": first,
-                                            "last": min(n, first + chunk - 1)})
+            conn.execute(
+                text(EVENTS_SQL), {"tenants": TENANTS, "now": NOW, "first": first, "last": min(n, first + chunk - 1)}
+            )
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE memory_events"))
     settings = load_settings(schedule={"events_retention_days": 180})
@@ -139,9 +147,12 @@ def events_cleanup(engine: Engine, n: int, chunk: int = 200_000) -> None:
     started = time.monotonic()
     summary = maintenance.event_partitions(engine, now=NOW, settings=settings)
     dropped_in = time.monotonic() - started
-    print(f"events cleanup: {rows:,} of {n:,} events past 180 days: row DELETE {deleted_in:.1f} s "
-          f"({rows / deleted_in:,.0f} rows/s); partition drop of {len(summary['dropped'])} months {dropped_in:.2f} s: "
-          f"{summary}", flush=True)
+    print(
+        f"events cleanup: {rows:,} of {n:,} events past 180 days: row DELETE {deleted_in:.1f} s "
+        f"({rows / deleted_in:,.0f} rows/s); partition drop of {len(summary['dropped'])} months {dropped_in:.2f} s: "
+        f"{summary}",
+        flush=True,
+    )
 
 
 def reset(engine: Engine) -> None:
@@ -162,8 +173,11 @@ def sweep(engine: Engine, n: int, batch: int) -> dict:
     summary = maintenance.decay_sweep(engine, now=NOW, settings=settings, batch=batch)
     seconds = time.monotonic() - started
     changed = sum(v for k, v in summary.items() if k.startswith(("fact.", "rule.")))
-    print(f"batch={batch:>6}: {n:,} facts in {seconds:.1f} s = {n / seconds:,.0f} rows/s, "
-          f"{summary['batches']} batches, {changed:,} changed ({100 * changed / n:.1f}%): {summary}", flush=True)
+    print(
+        f"batch={batch:>6}: {n:,} facts in {seconds:.1f} s = {n / seconds:,.0f} rows/s, "
+        f"{summary['batches']} batches, {changed:,} changed ({100 * changed / n:.1f}%): {summary}",
+        flush=True,
+    )
     return summary
 
 
@@ -178,14 +192,23 @@ def probe(engine: Engine, sizes: list[int], rounds: int = 5) -> None:
                 tx = conn.begin()
                 started = time.perf_counter()
                 _, summary = maintenance.decay_sweep_batch(
-                    conn, kind="fact", after_id=start, batch=b, now=NOW,
-                    facts_cfg=settings.memory.facts, rules_cfg=settings.memory.rules)
+                    conn,
+                    kind="fact",
+                    after_id=start,
+                    batch=b,
+                    now=NOW,
+                    facts_cfg=settings.memory.facts,
+                    rules_cfg=settings.memory.rules,
+                )
                 costs[b].append((time.perf_counter() - started) / summary["facts_scanned"] * 1e6)
                 tx.rollback()
     for b in sizes:
         median = statistics.median(costs[b])
-        print(f"probe batch={b:>6}: median {median:.1f} us/row (min {min(costs[b]):.1f}, max {max(costs[b]):.1f}), "
-              f"~{median * b / 1000:.0f} ms a batch", flush=True)
+        print(
+            f"probe batch={b:>6}: median {median:.1f} us/row (min {min(costs[b]):.1f}, max {max(costs[b]):.1f}), "
+            f"~{median * b / 1000:.0f} ms a batch",
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,6 @@ from shared.sharding import MAINTENANCE_QUEUE, shard_queues  # noqa: E402
 from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noqa: E402
 
 
-
 def texts_for(n: int, butlers: int) -> list[str]:
     rng = random.Random(42)
     return [episode_text(rng, f"butler{i % butlers}") for i in range(n)]
@@ -45,7 +44,7 @@ def raw_embedding_rate(texts: list[str]) -> float:
     embedder.embed(texts[:64])  # warm
     t0 = time.perf_counter()
     for start in range(0, len(texts), 256):  # the worker's ingest batch size
-        embedder.embed(texts[start:start + 256])
+        embedder.embed(texts[start : start + 256])
     return len(texts) / (time.perf_counter() - t0)
 
 
@@ -55,12 +54,13 @@ def accept_all(engine, texts: list[str], tenants: int, butlers: int) -> list[tup
         for tenant in {k[0] for k in keys}:
             conn.execute(text("INSERT INTO tenants (id) VALUES (:t) ON CONFLICT DO NOTHING"), {"t": tenant})
     for start in range(0, len(texts), 500):
-        chunk = texts[start:start + 500]
+        chunk = texts[start : start + 500]
         by_tenant: dict[str, list[WriteRequest]] = {}
         for i, body in enumerate(chunk, start=start):
             tenant, butler = keys[i % len(keys)]
             by_tenant.setdefault(tenant, []).append(
-                WriteRequest("episode", butler, {"content": body, "butler": butler}, None))
+                WriteRequest("episode", butler, {"content": body, "butler": butler}, None)
+            )
         with engine.begin() as conn:
             for tenant, writes in by_tenant.items():
                 accept(conn, tenant_id=tenant, writes=writes, actor="bench", request_id=None)
@@ -68,14 +68,38 @@ def accept_all(engine, texts: list[str], tenants: int, butlers: int) -> list[tup
 
 
 def start_workers(n: int, database_url: str, redis_url: str, shard_count: int) -> list[subprocess.Popen]:
-    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
-           "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(shard_count)}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(shard_count),
+    }
     queues = ",".join([*shard_queues(shard_count), MAINTENANCE_QUEUE])
-    return [subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "memory_workers.app:app", "worker", "--concurrency", "1",
-         "--loglevel", "WARNING", "-Q", queues, "--hostname", f"drain{i}@%h"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    ) for i in range(n)]
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "memory_workers.app:app",
+                "worker",
+                "--concurrency",
+                "1",
+                "--loglevel",
+                "WARNING",
+                "-Q",
+                queues,
+                "--hostname",
+                f"drain{i}@%h",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for i in range(n)
+    ]
 
 
 def wait_ready(app, n: int, deadline_s: float = 120) -> None:  # noqa: ANN001
@@ -125,8 +149,9 @@ def main() -> int:
             for tenant, butler in keys:
                 wake_apply(tenant, butler, settings=bench_settings)
             drain_s = wait_for(engine, "SELECT count(*) FROM write_intents WHERE status = 'pending'", deadline_s=1800)
-            consolidated_s = wait_for(engine, "SELECT count(*) FROM episodes WHERE consolidation_status <> "
-                                      "'consolidated'", deadline_s=1800)
+            consolidated_s = wait_for(
+                engine, "SELECT count(*) FROM episodes WHERE consolidation_status <> 'consolidated'", deadline_s=1800
+            )
         finally:
             for w in workers:
                 os.killpg(w.pid, signal.SIGTERM)
@@ -136,10 +161,14 @@ def main() -> int:
             facts = conn.execute(text("SELECT count(*) FROM facts")).scalar()
             rules = conn.execute(text("SELECT count(*) FROM rules")).scalar()
     drain = args.episodes / drain_s
-    print(f"drain: {args.episodes} episodes applied with embeddings in {drain_s:.1f}s by {args.workers} worker(s) "
-          f"= {drain:.0f} episodes/s = {drain / raw:.0%} of raw")
-    print(f"consolidated (heuristic) {consolidated_s:.1f}s after the drain ended: "
-          f"{args.episodes / (drain_s + consolidated_s):.0f} episodes/s end to end; {facts} facts, {rules} rules")
+    print(
+        f"drain: {args.episodes} episodes applied with embeddings in {drain_s:.1f}s by {args.workers} worker(s) "
+        f"= {drain:.0f} episodes/s = {drain / raw:.0%} of raw"
+    )
+    print(
+        f"consolidated (heuristic) {consolidated_s:.1f}s after the drain ended: "
+        f"{args.episodes / (drain_s + consolidated_s):.0f} episodes/s end to end; {facts} facts, {rules} rules"
+    )
     return 0
 
 

@@ -111,11 +111,14 @@ class Score:
 
         p, r = ratio(self.facts_matched, self.facts_predicted), ratio(self.facts_matched, self.facts_gold)
         return {
-            "fact P": p, "fact R": r, "fact F1": 2 * p * r / (p + r) if p and r else 0.0,
+            "fact P": p,
+            "fact R": r,
+            "fact F1": 2 * p * r / (p + r) if p and r else 0.0,
             "subject": ratio(self.subject_right, self.subject_seen),
             "permanence": ratio(self.permanence_right, self.facts_matched),
             "scope": ratio(self.scope_right, self.facts_matched),
-            "rule P": ratio(self.rules_matched, self.rules_predicted), "rule R": ratio(self.rules_matched, self.rules_gold),
+            "rule P": ratio(self.rules_matched, self.rules_predicted),
+            "rule R": ratio(self.rules_matched, self.rules_gold),
             "nothing": ratio(self.nothing_right, self.nothing_cases),
             "retraction": ratio(self.retraction_right, self.retraction_cases),
             "episodes/s": self.episodes / self.seconds if self.seconds else None,
@@ -123,11 +126,25 @@ class Score:
 
 
 def request_for(case: Case) -> ExtractionRequest:
-    known = [KnownFact(id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{case.id}:{n}")), subject=k.subject,
-                       predicate=k.predicate, content=k.content, permanence=k.permanence, scope=case.butler)
-             for n, k in enumerate(case.known)]
-    episode = EpisodeIn(id=str(uuid.uuid5(uuid.NAMESPACE_URL, case.id)), seq=1, butler=case.butler,
-                        content=case.content, created_at=T0, importance=5)
+    known = [
+        KnownFact(
+            id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{case.id}:{n}")),
+            subject=k.subject,
+            predicate=k.predicate,
+            content=k.content,
+            permanence=k.permanence,
+            scope=case.butler,
+        )
+        for n, k in enumerate(case.known)
+    ]
+    episode = EpisodeIn(
+        id=str(uuid.uuid5(uuid.NAMESPACE_URL, case.id)),
+        seq=1,
+        butler=case.butler,
+        content=case.content,
+        created_at=T0,
+        importance=5,
+    )
     return ExtractionRequest(tenant_id="bench", butler=case.butler, episodes=[episode], facts=known)
 
 
@@ -139,8 +156,11 @@ def score_case(case: Case, request: ExtractionRequest, got: Extraction, sim: Sim
     free = set(range(len(gold)))
     for fact in got.facts:
         base = base_predicate(fact.predicate)
-        same = [i for i in range(len(gold)) if base_predicate(gold[i].predicate) == base
-                and sim(fact.content, gold[i].content) >= FACT_MATCH]
+        same = [
+            i
+            for i in range(len(gold))
+            if base_predicate(gold[i].predicate) == base and sim(fact.content, gold[i].content) >= FACT_MATCH
+        ]
         subject_ok = [i for i in same if subject_key(gold[i].subject) == subject_key(fact.subject)]
         score.subject_seen += bool(same)
         score.subject_right += bool(subject_ok)
@@ -154,10 +174,15 @@ def score_case(case: Case, request: ExtractionRequest, got: Extraction, sim: Sim
             if fact.permanence != gold[i].permanence:
                 score.errors.append(f"{case.id} permanence {fact.permanence} != {gold[i].permanence}: {fact.content}")
         else:
-            score.errors.append(f"{case.id} [{case.form}] extra fact: {fact.subject} | {fact.predicate} | "
-                                f"{fact.content}   <- {case.content[:90]}")
-    score.errors += [f"{case.id} [{case.form}] missed fact: {gold[i].subject} | {gold[i].predicate} | "
-                     f"{gold[i].content}   <- {case.content[:90]}" for i in sorted(free)]
+            score.errors.append(
+                f"{case.id} [{case.form}] extra fact: {fact.subject} | {fact.predicate} | "
+                f"{fact.content}   <- {case.content[:90]}"
+            )
+    score.errors += [
+        f"{case.id} [{case.form}] missed fact: {gold[i].subject} | {gold[i].predicate} | "
+        f"{gold[i].content}   <- {case.content[:90]}"
+        for i in sorted(free)
+    ]
     score.rules_predicted += len(got.rules)
     score.rules_gold += len(case.rules)
     left = set(range(len(case.rules)))
@@ -168,8 +193,9 @@ def score_case(case: Case, request: ExtractionRequest, got: Extraction, sim: Sim
             score.rules_matched += 1
         else:
             score.errors.append(f"{case.id} [{case.form}] extra rule: {rule.content}")
-    score.errors += [f"{case.id} [{case.form}] missed rule: {case.rules[i]}   <- {case.content[:90]}"
-                     for i in sorted(left)]
+    score.errors += [
+        f"{case.id} [{case.form}] missed rule: {case.rules[i]}   <- {case.content[:90]}" for i in sorted(left)
+    ]
     if not case.facts and not case.rules:
         score.nothing_cases += 1
         score.nothing_right += not got.facts and not got.rules
@@ -191,14 +217,17 @@ def run_cases(extractor, cases: Sequence[Case], sim: Similarity, batch: int) -> 
     requests = [request_for(c) for c in cases]
     sim.vectors([f.content for c in cases for f in c.facts] + [r for c in cases for r in c.rules])
     for start in range(0, len(cases), batch):
-        chunk = list(zip(cases[start:start + batch], requests[start:start + batch], strict=True))
+        chunk = list(zip(cases[start : start + batch], requests[start : start + batch], strict=True))
         t0 = time.perf_counter()
         if batch == 1:
             answers = [_safe(extractor, r) for _, r in chunk]
         else:
-            merged = ExtractionRequest(tenant_id="bench", butler=chunk[0][1].butler,
-                                       episodes=[e for _, r in chunk for e in r.episodes],
-                                       facts=[f for _, r in chunk for f in r.facts])
+            merged = ExtractionRequest(
+                tenant_id="bench",
+                butler=chunk[0][1].butler,
+                episodes=[e for _, r in chunk for e in r.episodes],
+                facts=[f for _, r in chunk for f in r.facts],
+            )
             answer = _safe(extractor, merged)
             chunk = [(case, r.model_copy(update={"butler": merged.butler})) for case, r in chunk]
             answers = [_part(answer, r) for _, r in chunk]
@@ -213,9 +242,11 @@ def _part(got: Extraction, request: ExtractionRequest) -> Extraction:
     """The part of a batched answer that came from ``request``'s episode (or names its known facts)."""
     mine = {e.id for e in request.episodes}
     known = {f.id for f in request.facts}
-    return Extraction(facts=[f for f in got.facts if set(f.source_episode_ids) & mine],
-                      rules=[r for r in got.rules if set(r.source_episode_ids) & mine],
-                      contradictions=[c for c in got.contradictions if c.fact_id in known])
+    return Extraction(
+        facts=[f for f in got.facts if set(f.source_episode_ids) & mine],
+        rules=[r for r in got.rules if set(r.source_episode_ids) & mine],
+        contradictions=[c for c in got.contradictions if c.fact_id in known],
+    )
 
 
 def _safe(extractor, request: ExtractionRequest) -> Extraction:  # noqa: ANN001
@@ -246,27 +277,42 @@ _CATEGORY = re.compile(r"^\s*(?:\[[^\]]*\]|【[^】]*】)\s*")
 def realmem(extractor, personas: Sequence[int], sessions: int | None, sim: Similarity, sample: int) -> None:  # noqa: ANN001
     matches: list[tuple[float, str, str]] = []
     print(f"\nRealMem coverage (a point covered by a learned fact or rule at cosine >= {POINT_MATCH}):")
-    print(f"{'persona':<9}{'sessions':>9}{'points':>8}{'covered':>9}{'share':>8}{'facts':>7}{'rules':>7}"
-          f"{'per session':>13}")
+    print(
+        f"{'persona':<9}{'sessions':>9}{'points':>8}{'covered':>9}{'share':>8}{'facts':>7}{'rules':>7}"
+        f"{'per session':>13}"
+    )
     for number in personas:
         data = json.loads(rm.persona_files()[number - 1].read_text())
         known: dict[tuple[str, str], KnownFact] = {}
         points = covered = n_facts = n_rules = 0
         chosen = data["dialogues"][:sessions] if sessions else data["dialogues"]
         for i, session in enumerate(chosen):
-            episodes = [EpisodeIn(id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{number}:{i}:{j}")), seq=j,
-                                  butler="assistant", content=f"{t['speaker']}: {rm._text(t['content'])}"[:20000],
-                                  created_at=T0 + timedelta(days=i, seconds=j), importance=5)
-                        for j, t in enumerate(session["dialogue_turns"])]
-            request = ExtractionRequest(tenant_id="bench", butler="assistant", episodes=episodes,
-                                        facts=list(known.values())[-200:])
+            episodes = [
+                EpisodeIn(
+                    id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{number}:{i}:{j}")),
+                    seq=j,
+                    butler="assistant",
+                    content=f"{t['speaker']}: {rm._text(t['content'])}"[:20000],
+                    created_at=T0 + timedelta(days=i, seconds=j),
+                    importance=5,
+                )
+                for j, t in enumerate(session["dialogue_turns"])
+            ]
+            request = ExtractionRequest(
+                tenant_id="bench", butler="assistant", episodes=episodes, facts=list(known.values())[-200:]
+            )
             got = _safe(extractor, request)
             learned = [f.content for f in got.facts] + [r.content for r in got.rules]
             n_facts, n_rules = n_facts + len(got.facts), n_rules + len(got.rules)
             for f in got.facts:
                 known[(subject_key(f.subject), f.predicate)] = KnownFact(
-                    id=str(uuid.uuid4()), subject=f.subject, predicate=f.predicate, content=f.content,
-                    permanence=f.permanence, scope=f.scope)
+                    id=str(uuid.uuid4()),
+                    subject=f.subject,
+                    predicate=f.predicate,
+                    content=f.content,
+                    permanence=f.permanence,
+                    scope=f.scope,
+                )
             for point in session["extracted_memory"]:
                 text = _CATEGORY.sub("", rm._text(point["content"]))
                 points += 1
@@ -277,8 +323,10 @@ def realmem(extractor, personas: Sequence[int], sessions: int | None, sim: Simil
                         covered += 1
                         matches.append((value, text, best))
         share = covered / points if points else 0.0
-        print(f"{number:<9}{len(chosen):>9}{points:>8}{covered:>9}{share:>8.3f}{n_facts:>7}{n_rules:>7}"
-              f"{(n_facts + n_rules) / max(1, len(chosen)):>13.2f}")
+        print(
+            f"{number:<9}{len(chosen):>9}{points:>8}{covered:>9}{share:>8.3f}{n_facts:>7}{n_rules:>7}"
+            f"{(n_facts + n_rules) / max(1, len(chosen)):>13.2f}"
+        )
     if sample and matches:
         print(f"\n{min(sample, len(matches))} sampled matches (seed 7) to check by hand: cosine | point | learned")
         for value, point, learned in random.Random(7).sample(matches, min(sample, len(matches))):
@@ -287,6 +335,7 @@ def realmem(extractor, personas: Sequence[int], sessions: int | None, sim: Simil
 
 # --- the command ---------------------------------------------------------------------------------------------
 
+
 def extractors(args: argparse.Namespace) -> list[tuple[str, object]]:
     names = ["heuristic", "openai"] if args.extractor == "all" else [args.extractor]
     out = []
@@ -294,28 +343,47 @@ def extractors(args: argparse.Namespace) -> list[tuple[str, object]]:
         if name == "openai" and not args.base_url:
             print("openai: skipped (no --base-url; any OpenAI-compatible endpoint: OpenAI, Ollama, vLLM, llama.cpp)")
             continue
-        settings = ConsolidationSettings(extractor=name, openai_base_url=args.base_url or "http://127.0.0.1:1/v1",
-                                         openai_model=args.model, openai_api_key=args.api_key,
-                                         openai_timeout_seconds=args.timeout, openai_response_format=args.response_format)
+        settings = ConsolidationSettings(
+            extractor=name,
+            openai_base_url=args.base_url or "http://127.0.0.1:1/v1",
+            openai_model=args.model,
+            openai_api_key=args.api_key,
+            openai_timeout_seconds=args.timeout,
+            openai_response_format=args.response_format,
+        )
         out.append((name, build_extractor(settings)))
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--split", choices=("dev", "held", "all"), default="all",
-                        help="dev = tuned on; held = the held-back 40 %% (report only); all = both, one row each")
+    parser.add_argument(
+        "--split",
+        choices=("dev", "held", "all"),
+        default="all",
+        help="dev = tuned on; held = the held-back 40 %% (report only); all = both, one row each",
+    )
     parser.add_argument("--extractor", choices=("heuristic", "openai", "all"), default="heuristic")
     parser.add_argument("--base-url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8088/v1")
     parser.add_argument("--model", default="local")
     parser.add_argument("--api-key", default="")
     parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--response-format", choices=("json_schema", "json_object"), default="json_schema",
-                        help="json_object for llama-cpp-python's server (deploy/local-llm.sh)")
-    parser.add_argument("--batch", type=int, default=1,
-                        help="cases sent as one request (several episodes per model call); scored case by case")
+    parser.add_argument(
+        "--response-format",
+        choices=("json_schema", "json_object"),
+        default="json_schema",
+        help="json_object for llama-cpp-python's server (deploy/local-llm.sh)",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="cases sent as one request (several episodes per model call); scored case by case",
+    )
     parser.add_argument("--forms", help="comma-separated forms to keep (e.g. rule,dialogue)")
-    parser.add_argument("--show-errors", action="store_true", help="print every mistake (dev only, unless --split held)")
+    parser.add_argument(
+        "--show-errors", action="store_true", help="print every mistake (dev only, unless --split held)"
+    )
     parser.add_argument("--realmem", action="store_true", help="coverage of RealMem's memory points instead")
     parser.add_argument("--personas", default="1,2,3,4,5", help="with --realmem")
     parser.add_argument("--sessions", type=int, help="with --realmem: at most this many sessions per persona")

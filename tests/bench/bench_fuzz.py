@@ -50,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             front.stop()
     total = tally.total
-    print(f"fuzz: {total['calls']} calls in {elapsed:.0f} s ({total['calls'] / elapsed:.1f}/s), seed "
-          f"{args.seed if args.seed is not None else 'derandomised'}; front log {log_path}")
+    print(
+        f"fuzz: {total['calls']} calls in {elapsed:.0f} s ({total['calls'] / elapsed:.1f}/s), seed "
+        f"{args.seed if args.seed is not None else 'derandomised'}; front log {log_path}"
+    )
     print(tally.table())
     print(f"time: {tally.seconds['calls']:.0f} s in calls, {tally.seconds['fingerprints']:.0f} s in fingerprints")
     print(f"front log: {log_crashes(log_path)} 'tool crashed' tracebacks")

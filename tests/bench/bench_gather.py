@@ -41,8 +41,11 @@ def main() -> int:
     vectors = {q: to_pgvector(embedder.embed_one(q)) for q in qs}
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     with engine.connect() as conn:
-        tenants = conn.execute(text("SELECT id FROM tenants WHERE id LIKE 'lat-%' ORDER BY id LIMIT :n"),
-                               {"n": args.tenants}).scalars().all()
+        tenants = (
+            conn.execute(text("SELECT id FROM tenants WHERE id LIKE 'lat-%' ORDER BY id LIMIT :n"), {"n": args.tenants})
+            .scalars()
+            .all()
+        )
         if not tenants:
             parser.error("no corpus in this database: run tests/bench/bench_latency.py against it first")
         conn.execute(text(candidates.read_settings(pool=50, timeout_ms=10_000, generic_plans=True)))
@@ -50,16 +53,26 @@ def main() -> int:
             f = candidates.Filter(tenant, ("global", "health"), ("health",), 0.05, datetime.now(timezone.utc))
             for q in qs:
                 for name, (semantic, keyword) in VARIANTS.items():
-                    statement, params = candidates.prepare(conn, kinds=("fact", "rule"), f=f, query=q, pool=50,
-                                                           query_vec=vectors[q] if semantic else None, keyword=keyword)
+                    statement, params = candidates.prepare(
+                        conn,
+                        kinds=("fact", "rule"),
+                        f=f,
+                        query=q,
+                        pool=50,
+                        query_vec=vectors[q] if semantic else None,
+                        keyword=keyword,
+                    )
                     sql = statement.text
                     for _ in range(args.repeat):
-                        plan = conn.execute(text("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql),
-                                            params).scalar_one()
+                        plan = conn.execute(
+                            text("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql), params
+                        ).scalar_one()
                         times[name].append(plan[0]["Execution Time"])
         conn.rollback()
-    print(f"\ngather statement, server execution time: {len(tenants)} tenants x {len(qs)} questions x "
-          f"{args.repeat} ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)")
+    print(
+        f"\ngather statement, server execution time: {len(tenants)} tenants x {len(qs)} questions x "
+        f"{args.repeat} ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)"
+    )
     for name, values in times.items():
         p95 = sorted(values)[int(len(values) * 0.95)]
         print(f"{name:<22}{statistics.median(values):>8.2f} ms median  (p95 {p95:.2f})")

@@ -39,8 +39,12 @@ def pct(values: list[float], p: float) -> float:
 class Phases:
     """When each phase of a memory_context call starts and ends, from the call's start (``--phases``)."""
 
-    WRAPPED = {"recent episodes": (candidates, "recent_episodes"), "gather statement": (candidates, "gather"),
-               "ranking and hits": (retrieval, "_ranked"), "context block": (context_builder, "build")}
+    WRAPPED = {
+        "recent episodes": (candidates, "recent_episodes"),
+        "gather statement": (candidates, "gather"),
+        "ranking and hits": (retrieval, "_ranked"),
+        "context block": (context_builder, "build"),
+    }
 
     def __init__(self) -> None:
         self.t0: float | None = None
@@ -57,6 +61,7 @@ class Phases:
             finally:
                 if self.t0 is not None:
                     self.call[label] = (start - self.t0, time.perf_counter() - self.t0)
+
         return run
 
     def begin(self) -> None:
@@ -80,8 +85,15 @@ def measure(reader: Reader, tenants: list[str], qs: list[str], phases: Phases | 
     view = Visibility(scopes=("global", "health"), butlers=("health",))
     out: dict[str, list[float]] = {"search": [], "recall": [], "context": []}
     calls = {
-        "search": lambda t, q: reader.search(tenant_id=t, visibility=view, query=q, types=["fact", "rule", "episode"],
-                                             mode="hybrid", limit=20, min_confidence=None),
+        "search": lambda t, q: reader.search(
+            tenant_id=t,
+            visibility=view,
+            query=q,
+            types=["fact", "rule", "episode"],
+            mode="hybrid",
+            limit=20,
+            min_confidence=None,
+        ),
         "recall": lambda t, q: reader.recall(tenant_id=t, visibility=view, topic=q, limit=20),
         "context": lambda t, q: reader.context(tenant_id=t, visibility=view, trigger_prompt=q, token_budget=3000),
     }
@@ -129,9 +141,12 @@ def main() -> int:
 
     with bench_engine(args.database_url) as engine:
         tenants = corpus_tenants(engine, reuse=args.reuse, facts=args.facts, rules=args.rules, tenants=args.tenants)
-        reader = Reader(engine=engine, settings=load_settings(),
-                        embed=phases.timed("query embedding", timed_embed) if phases else timed_embed,
-                        count_tokens=get_token_counter().count_many)
+        reader = Reader(
+            engine=engine,
+            settings=load_settings(),
+            embed=phases.timed("query embedding", timed_embed) if phases else timed_embed,
+            count_tokens=get_token_counter().count_many,
+        )
         qs = questions(random.Random(5), args.queries)
         measure(reader, tenants, qs[:30])  # warm the pool and the caches
         # The machine's speed now (it varies by ±50% here from hour to hour): the embedding on one thread, alone;
@@ -140,15 +155,22 @@ def main() -> int:
         alone = [_timed(embedder.embed_one, q) for q in qs[:100]]
         embed_times.clear()
         results = measure(reader, tenants, qs, phases)
-    print(f"\n{args.facts} facts + {args.rules} rules across {args.tenants} tenants, {args.queries} queries, "
-          f"single client, in-process ({datetime.now(timezone.utc):%Y-%m-%d})")
+    print(
+        f"\n{args.facts} facts + {args.rules} rules across {args.tenants} tenants, {args.queries} queries, "
+        f"single client, in-process ({datetime.now(timezone.utc):%Y-%m-%d})"
+    )
     print(f"{'call':<22}{'p50 ms':>9}{'p95 ms':>9}")
-    print(f"{'embedding, 1 thread':<22}{pct(reference, 50):>9.1f}{pct(reference, 95):>9.1f}   "
-          "(reference: machine speed)")
-    print(f"{'query embedding':<22}{pct(alone, 50):>9.1f}{pct(alone, 95):>9.1f}   "
-          f"(alone, {load_settings().embedding.query_threads} threads)")
-    print(f"{'query embedding, read':<22}{pct(embed_times, 50):>9.1f}{pct(embed_times, 95):>9.1f}   "
-          "(in reads: on its own thread, beside the transaction)")
+    print(
+        f"{'embedding, 1 thread':<22}{pct(reference, 50):>9.1f}{pct(reference, 95):>9.1f}   (reference: machine speed)"
+    )
+    print(
+        f"{'query embedding':<22}{pct(alone, 50):>9.1f}{pct(alone, 95):>9.1f}   "
+        f"(alone, {load_settings().embedding.query_threads} threads)"
+    )
+    print(
+        f"{'query embedding, read':<22}{pct(embed_times, 50):>9.1f}{pct(embed_times, 95):>9.1f}   "
+        "(in reads: on its own thread, beside the transaction)"
+    )
     for name, values in results.items():
         print(f"{'memory_' + name + ' (total)':<22}{pct(values, 50):>9.1f}{pct(values, 95):>9.1f}")
     if phases:

@@ -45,7 +45,6 @@ from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, refer
 from tests.bench.corpus import corpus_tenants, questions  # noqa: E402
 
 
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -54,9 +53,24 @@ def free_port() -> int:
 
 def start_front(database_url: str, redis_url: str, port: int, workers: int = 1) -> subprocess.Popen:
     env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEMORY_BUTLER_LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen([sys.executable, "-m", "memory_api", "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", str(workers)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memory_api",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -80,8 +94,13 @@ def raw_queries(engine, tenants: list[str], qs: list[str], n: int = 200) -> list
     out = []
     for i in range(n):
         q = qs[i % len(qs)]
-        f = Filter(tenant_id=rng.choice(tenants), scopes=("global", "health"), butlers=("health",),
-                   min_confidence=0.2, now=datetime.now(timezone.utc))
+        f = Filter(
+            tenant_id=rng.choice(tenants),
+            scopes=("global", "health"),
+            butlers=("health",),
+            min_confidence=0.2,
+            now=datetime.now(timezone.utc),
+        )
         t0 = time.perf_counter()
         with engine.connect() as conn, conn.begin():
             conn.execute(text(candidates.read_settings(pool=50, timeout_ms=2000)))
@@ -177,12 +196,13 @@ def main() -> int:
     with bench_redis(args.redis_url), bench_engine(args.database_url) as engine:
         tenants = corpus_tenants(engine, reuse=args.reuse, facts=args.facts, rules=args.rules, tenants=args.tenants)
         with engine.begin() as conn:
-            tokens = [create_token(conn, tenant_id=t, name="bench", butlers=["health"], role="butler")[1]
-                      for t in tenants[:args.clients]]
+            tokens = [
+                create_token(conn, tenant_id=t, name="bench", butlers=["health"], role="butler")[1]
+                for t in tenants[: args.clients]
+            ]
         raw = raw_queries(engine, tenants, qs)
         port = free_port()
-        front = start_front(engine.url.render_as_string(hide_password=False), args.redis_url, port,
-                            args.front_workers)
+        front = start_front(engine.url.render_as_string(hide_password=False), args.redis_url, port, args.front_workers)
         url = f"http://127.0.0.1:{port}/mcp"
         try:
             cpu = asyncio.run(cpu_per_call(url, tokens[0], psutil.Process(front.pid), qs, args.seconds / 3))
@@ -199,21 +219,32 @@ def main() -> int:
             os.killpg(front.pid, signal.SIGTERM)
             front.wait(timeout=30)
     print(f"\n{reference_line()}")
-    print(f"{args.facts} facts + {args.rules} rules, {args.tenants} tenants; {args.clients} concurrent MCP clients; "
-          f"{args.front_workers} front process(es)")
+    print(
+        f"{args.facts} facts + {args.rules} rules, {args.tenants} tenants; {args.clients} concurrent MCP clients; "
+        f"{args.front_workers} front process(es)"
+    )
     print(f"{'what':<44}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'rate/s':>9}")
     print(f"{'raw candidate SQL (gather, in-process)':<44}{pct(raw, 50):>9.1f}{pct(raw, 95):>9.1f}{pct(raw, 99):>9.1f}")
     for tool, values in results.items():
-        print(f"{tool + ' via MCP':<44}{pct(values, 50):>9.1f}{pct(values, 95):>9.1f}{pct(values, 99):>9.1f}"
-              f"{len(values) / args.seconds:>9.0f}")
-    print(f"{'memory_store_episode accept via MCP':<44}{pct(single, 50):>9.1f}{pct(single, 95):>9.1f}"
-          f"{pct(single, 99):>9.1f}{len(single) / single_s:>9.0f}")
+        print(
+            f"{tool + ' via MCP':<44}{pct(values, 50):>9.1f}{pct(values, 95):>9.1f}{pct(values, 99):>9.1f}"
+            f"{len(values) / args.seconds:>9.0f}"
+        )
+    print(
+        f"{'memory_store_episode accept via MCP':<44}{pct(single, 50):>9.1f}{pct(single, 95):>9.1f}"
+        f"{pct(single, 99):>9.1f}{len(single) / single_s:>9.0f}"
+    )
     per_episode = [v / 50 for v in batched]
-    print(f"{'memory_ingest_batch(50) call via MCP':<44}{pct(batched, 50):>9.1f}{pct(batched, 95):>9.1f}"
-          f"{pct(batched, 99):>9.1f}{50 * len(batched) / batch_s:>9.0f}")
-    print(f"{'  … per episode':<44}{pct(per_episode, 50):>9.2f}{pct(per_episode, 95):>9.2f}{pct(per_episode, 99):>9.2f}")
-    print("front CPU per call (one client, back to back): "
-          + ", ".join(f"{tool} {ms:.2f} ms" for tool, ms in cpu.items()))
+    print(
+        f"{'memory_ingest_batch(50) call via MCP':<44}{pct(batched, 50):>9.1f}{pct(batched, 95):>9.1f}"
+        f"{pct(batched, 99):>9.1f}{50 * len(batched) / batch_s:>9.0f}"
+    )
+    print(
+        f"{'  … per episode':<44}{pct(per_episode, 50):>9.2f}{pct(per_episode, 95):>9.2f}{pct(per_episode, 99):>9.2f}"
+    )
+    print(
+        "front CPU per call (one client, back to back): " + ", ".join(f"{tool} {ms:.2f} ms" for tool, ms in cpu.items())
+    )
     return 0
 
 

@@ -58,7 +58,7 @@ def cost_us(texts: list[str], rounds: int = 3) -> tuple[float, float, float]:
 
 
 def _excerpt(text: str, at: int, width: int = 70) -> str:
-    return text[max(0, at - width // 2):at + width].replace("\n", " ")
+    return text[max(0, at - width // 2) : at + width].replace("\n", " ")
 
 
 def main() -> None:
@@ -73,7 +73,7 @@ def main() -> None:
     totals = Counter({name: len(found) for name, found in hits.items()})
     for name in DETECTORS:
         print(f"  {name:<12} turns changed: {totals[name]}")
-        for redacted, original in hits[name][:args.show]:
+        for redacted, original in hits[name][: args.show]:
             print(f"      - {redacted!r}\n        was {original!r}")
     p50, p95, mean = cost_us(texts)
     print(f"cost per turn (every detector): p50 {p50:.1f} µs, p95 {p95:.1f} µs, mean {mean:.1f} µs")

@@ -33,23 +33,26 @@ def main() -> int:
 
     persona = rm.load(1)
     texts = [t.content for t in persona.turns]
-    queries = [q.text for q in persona.queries[:args.reads]]
+    queries = [q.text for q in persona.queries[: args.reads]]
     reference = reference_line()
     with tempfile.TemporaryDirectory() as path:
-        BertForSequenceClassification.from_pretrained(str(model_dir()), num_labels=1,
-                                                      local_files_only=True).save_pretrained(path)
+        BertForSequenceClassification.from_pretrained(
+            str(model_dir()), num_labels=1, local_files_only=True
+        ).save_pretrained(path)
         AutoTokenizer.from_pretrained(str(model_dir()), local_files_only=True).save_pretrained(path)
         model = CrossEncoderReranker(Path(path))
         times = []
         for i, q in enumerate(queries):
-            hits = texts[i * args.top_n % len(texts):][:args.top_n]
+            hits = texts[i * args.top_n % len(texts) :][: args.top_n]
             t0 = time.perf_counter()
             model.scores(q, hits)
             times.append(time.perf_counter() - t0)
     times.sort()
     print(reference)
-    print(f"cross-encoder (MiniLM-L6 size), {args.top_n} pairs per read, {len(times)} reads: "
-          f"p50 {statistics.median(times) * 1000:.0f} ms, p95 {times[int(len(times) * 0.95)] * 1000:.0f} ms")
+    print(
+        f"cross-encoder (MiniLM-L6 size), {args.top_n} pairs per read, {len(times)} reads: "
+        f"p50 {statistics.median(times) * 1000:.0f} ms, p95 {times[int(len(times) * 0.95)] * 1000:.0f} ms"
+    )
     return 0
 
 

@@ -43,10 +43,17 @@ def load(engine: Engine, memories: list[Memory], *, run: str) -> dict[str, uuid.
             conn.execute(text("INSERT INTO tenants (id) VALUES (:t) ON CONFLICT DO NOTHING"), {"t": f"{tenant}-{run}"})
         for memory, vector in zip(memories, vectors, strict=True):
             ids[memory.key] = uuid.uuid4()
-            writes.store_fact(conn, tenant_id=f"{memory.tenant}-{run}", fact_id=ids[memory.key], vector=vector,
-                              write=FactWrite(subject=memory.subject, predicate=memory.predicate,
-                                              content=memory.content),
-                              embedding_version_id=None, source_butler="bench", actor=Actor("bench"), now=NOW)
+            writes.store_fact(
+                conn,
+                tenant_id=f"{memory.tenant}-{run}",
+                fact_id=ids[memory.key],
+                vector=vector,
+                write=FactWrite(subject=memory.subject, predicate=memory.predicate, content=memory.content),
+                embedding_version_id=None,
+                source_butler="bench",
+                actor=Actor("bench"),
+                now=NOW,
+            )
     return ids
 
 
@@ -56,13 +63,25 @@ def evaluate(engine: Engine, *, tenants: int = 6, seed: int = 7) -> dict[str, di
     run = uuid.uuid4().hex[:6]
     ids = load(engine, memories, run=run)
     settings = load_settings()
-    reader = Reader(engine=engine, settings=settings, embed=get_query_embedder().embed_one,
-                    count_tokens=get_token_counter().count_many)
+    reader = Reader(
+        engine=engine,
+        settings=settings,
+        embed=get_query_embedder().embed_one,
+        count_tokens=get_token_counter().count_many,
+    )
     ranks: dict[tuple[str, str], list[int | None]] = defaultdict(list)
     for q in questions:
         for mode in MODES:
-            hits = reader.search(tenant_id=f"{q.tenant}-{run}", visibility=ALL, query=q.text, types=["fact"],
-                                 mode=mode, limit=10, min_confidence=0.0, now=NOW)
+            hits = reader.search(
+                tenant_id=f"{q.tenant}-{run}",
+                visibility=ALL,
+                query=q.text,
+                types=["fact"],
+                mode=mode,
+                limit=10,
+                min_confidence=0.0,
+                now=NOW,
+            )
             found = [h.id for h in hits]
             ranks[(q.kind, mode)].append(found.index(ids[q.relevant]) + 1 if ids[q.relevant] in found else None)
     return {kind: {mode: _metrics(ranks[(kind, mode)]) for mode in MODES} for kind in _kinds(questions)}
@@ -87,8 +106,10 @@ def render(results: dict[str, dict[str, dict[str, float]]]) -> str:
     lines = [f"{'class':<11}{'mode':<10}{'n':>5}{'R@1':>8}{'R@5':>8}{'R@10':>8}{'nDCG@10':>9}"]
     for kind, by_mode in results.items():
         for mode, m in by_mode.items():
-            lines.append(f"{kind:<11}{mode:<10}{m['n']:>5}{m['recall@1']:>8.3f}{m['recall@5']:>8.3f}"
-                         f"{m['recall@10']:>8.3f}{m['ndcg@10']:>9.3f}")
+            lines.append(
+                f"{kind:<11}{mode:<10}{m['n']:>5}{m['recall@1']:>8.3f}{m['recall@5']:>8.3f}"
+                f"{m['recall@10']:>8.3f}{m['ndcg@10']:>9.3f}"
+            )
     return "\n".join(lines)
 
 

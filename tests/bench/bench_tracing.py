@@ -43,13 +43,16 @@ async def timed_calls(url: str, token: str, calls: int, facts: int) -> dict[str,
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 for n in range(facts):
-                    await session.call_tool("memory_store_fact", {"subject": "user", "predicate": f"likes_{n}",
-                                                                  "content": f"The user likes thing number {n}"})
+                    await session.call_tool(
+                        "memory_store_fact",
+                        {"subject": "user", "predicate": f"likes_{n}", "content": f"The user likes thing number {n}"},
+                    )
                 await asyncio.to_thread(apply_all)
                 out: dict[str, list[float]] = {}
-                for tool, args in (("memory_search", {"query": "what does the user like"}),
-                                   ("memory_context", {"trigger_prompt": "what does the user like",
-                                                       "butler": "general"})):
+                for tool, args in (
+                    ("memory_search", {"query": "what does the user like"}),
+                    ("memory_context", {"trigger_prompt": "what does the user like", "butler": "general"}),
+                ):
                     for _ in range(10):  # warm-up: prepared statements, the embedder's first calls
                         await session.call_tool(tool, args)
                     times = []
@@ -98,6 +101,7 @@ def main() -> None:
             from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
             from shared import tracing
+
             exporter = InMemorySpanExporter()
             tracing.setup(settings.tracing, role="front", exporter=exporter)
         engine = db.engine_for(url)
@@ -121,8 +125,10 @@ def main() -> None:
             print(f"spans per read call: {len(in_reads) / max(1, len(reads)):.1f} (the client's MCP span included)")
         for tool, times in results.items():
             ms = sorted(t * 1000 for t in times)
-            print(f"{tool:15} traced={args.traced!s:5} n={len(ms)} mean={statistics.fmean(ms):.2f} ms "
-                  f"p50={ms[len(ms) // 2]:.2f} ms p95={ms[int(len(ms) * 0.95)]:.2f} ms")
+            print(
+                f"{tool:15} traced={args.traced!s:5} n={len(ms)} mean={statistics.fmean(ms):.2f} ms "
+                f"p50={ms[len(ms) // 2]:.2f} ms p95={ms[int(len(ms) * 0.95)]:.2f} ms"
+            )
     finally:
         broker.flushdb()
         db.engine_for.cache_clear()

@@ -34,7 +34,9 @@ def reference_line(runs: int = 50) -> str:
         t0 = time.perf_counter()
         embedder.embed_one("How often do you water the basil?")
         times.append(time.perf_counter() - t0)
-    return f"reference (machine speed): one-thread embedding of a short query p50 {statistics.median(times) * 1000:.1f} ms"
+    return (
+        f"reference (machine speed): one-thread embedding of a short query p50 {statistics.median(times) * 1000:.1f} ms"
+    )
 
 
 @contextlib.contextmanager

@@ -46,9 +46,9 @@ class Query:
     query_id: str
     category: str
     text: str
-    session: int                              # the query's session index: only earlier sessions count
-    evidence: frozenset[tuple[int, int]]      # turn keys
-    sessions: frozenset[int]                  # evidence session indexes (incl. points not tied to a turn)
+    session: int  # the query's session index: only earlier sessions count
+    evidence: frozenset[tuple[int, int]]  # turn keys
+    sessions: frozenset[int]  # evidence session indexes (incl. points not tied to a turn)
     occurred_at: datetime
 
 
@@ -63,8 +63,10 @@ def dataset_dir() -> Path:
     for place in _PLACES:
         if any(place.glob("*_dialogues_256k.json")):
             return place
-    raise FileNotFoundError("the RealMem dev set was not found; set REALMEM_DIR to the folder holding its "
-                            f"*_dialogues_256k.json files (looked in {', '.join(map(str, _PLACES))})")
+    raise FileNotFoundError(
+        "the RealMem dev set was not found; set REALMEM_DIR to the folder holding its "
+        f"*_dialogues_256k.json files (looked in {', '.join(map(str, _PLACES))})"
+    )
 
 
 def persona_files() -> list[Path]:
@@ -106,7 +108,7 @@ def load(number: int) -> Persona:
             when = starts[i] + timedelta(seconds=j)
             persona.turns.append(Turn((i, j), s["session_uuid"], sid, t["speaker"], t["content"], when))
             if t.get("is_query") and t["speaker"] == "User":
-                q = _query(t, s["dialogue_turns"][j + 1:j + 2], i, points, index, when)
+                q = _query(t, s["dialogue_turns"][j + 1 : j + 2], i, points, index, when)
                 if q is not None:
                     persona.queries.append(q)
     return persona
@@ -130,11 +132,19 @@ def _query(turn: dict, answer: list[dict], session: int, points: dict, index: di
             turns.add((s, source - 1))
     if not turns:
         return None
-    return Query(turn["query_id"], turn.get("category_name") or "?", turn["content"], session,
-                 frozenset(turns), frozenset(sessions), when)
+    return Query(
+        turn["query_id"],
+        turn.get("category_name") or "?",
+        turn["content"],
+        session,
+        frozenset(turns),
+        frozenset(sessions),
+        when,
+    )
 
 
 # --- metrics -------------------------------------------------------------------------------------------------------
+
 
 def ndcg(ranked: Sequence[tuple[int, int]], relevant: Iterable[tuple[int, int]], k: int = 10) -> float:
     relevant = set(relevant)
@@ -158,9 +168,14 @@ METRICS = ("R@1", "R@5", "R@10", "R@20", "nDCG@10", "S-R@10")
 
 def score(q: Query, ranked: Sequence[tuple[int, int]]) -> dict[str, float]:
     """Every metric of one query's ranking (turn keys, best first)."""
-    return {"R@1": recall(ranked, q.evidence, 1), "R@5": recall(ranked, q.evidence, 5),
-            "R@10": recall(ranked, q.evidence, 10), "R@20": recall(ranked, q.evidence, 20),
-            "nDCG@10": ndcg(ranked, q.evidence), "S-R@10": session_recall(ranked, q.sessions)}
+    return {
+        "R@1": recall(ranked, q.evidence, 1),
+        "R@5": recall(ranked, q.evidence, 5),
+        "R@10": recall(ranked, q.evidence, 10),
+        "R@20": recall(ranked, q.evidence, 20),
+        "nDCG@10": ndcg(ranked, q.evidence),
+        "S-R@10": session_recall(ranked, q.sessions),
+    }
 
 
 def table(per_query: dict[str, list[tuple[Query, dict[str, float]]]]) -> list[tuple[str, str, int, dict[str, float]]]:

@@ -21,11 +21,48 @@ from shared.context import content_tokens
 from shared.embedding import get_embedder, get_token_counter
 
 SUBJECTS = ["user", "partner", "mother", "boss", "dentist", "neighbour", "sister", "friend"]
-TOPICS = ["coffee", "running", "jazz", "travel", "budget", "garden", "sleep", "cooking", "reading", "cycling",
-          "meetings", "email", "medication", "allergies", "holidays", "movies", "football", "languages",
-          "painting", "groceries", "car", "cat", "dog", "weather", "music", "birthday", "work", "school"]
-VERBS = ["prefers", "dislikes", "is planning", "often mentions", "asked about", "is worried about", "enjoys",
-         "wants to improve", "keeps forgetting", "recently changed"]
+TOPICS = [
+    "coffee",
+    "running",
+    "jazz",
+    "travel",
+    "budget",
+    "garden",
+    "sleep",
+    "cooking",
+    "reading",
+    "cycling",
+    "meetings",
+    "email",
+    "medication",
+    "allergies",
+    "holidays",
+    "movies",
+    "football",
+    "languages",
+    "painting",
+    "groceries",
+    "car",
+    "cat",
+    "dog",
+    "weather",
+    "music",
+    "birthday",
+    "work",
+    "school",
+]
+VERBS = [
+    "prefers",
+    "dislikes",
+    "is planning",
+    "often mentions",
+    "asked about",
+    "is worried about",
+    "enjoys",
+    "wants to improve",
+    "keeps forgetting",
+    "recently changed",
+]
 RULE_OPENERS = ["Always", "Never", "Before answering, ", "When the user asks about", "Prefer to"]
 PERMANENCE = ["permanent", "stable", "standard", "volatile", "ephemeral"]
 DECAY = {"permanent": 0.0, "stable": 0.002, "standard": 0.008, "volatile": 0.03, "ephemeral": 0.1}
@@ -44,8 +81,11 @@ def corpus_tenants(engine: Engine, *, reuse: bool, facts: int, rules: int, tenan
 
 
 def sentences(rng: random.Random, n: int) -> list[str]:
-    return [f"The {rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(TOPICS)} and {rng.choice(TOPICS)} "
-            f"({rng.choice(['mornings', 'weekends', 'evenings', 'lately', 'this year'])})" for _ in range(n)]
+    return [
+        f"The {rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(TOPICS)} and {rng.choice(TOPICS)} "
+        f"({rng.choice(['mornings', 'weekends', 'evenings', 'lately', 'this year'])})"
+        for _ in range(n)
+    ]
 
 
 def questions(rng: random.Random, n: int) -> list[str]:
@@ -61,8 +101,9 @@ def _vec_text(v: np.ndarray) -> str:
     return "[" + ",".join(f"{x:.5f}" for x in v) + "]"
 
 
-def load_corpus(engine: Engine, *, facts: int, rules: int, tenants: int, distinct: int = 3000, seed: int = 1,
-                progress=print) -> list[str]:  # noqa: ANN001
+def load_corpus(
+    engine: Engine, *, facts: int, rules: int, tenants: int, distinct: int = 3000, seed: int = 1, progress=print
+) -> list[str]:  # noqa: ANN001
     """Bulk-load the corpus with COPY; returns the tenant ids."""
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
@@ -73,8 +114,9 @@ def load_corpus(engine: Engine, *, facts: int, rules: int, tenants: int, distinc
     tenant_ids = [f"lat-{seed}-{i:03d}" for i in range(tenants)]
     now = datetime.now(timezone.utc)
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO tenants (id) SELECT unnest(CAST(:t AS text[])) ON CONFLICT DO NOTHING"),
-                     {"t": tenant_ids})
+        conn.execute(
+            text("INSERT INTO tenants (id) SELECT unnest(CAST(:t AS text[])) ON CONFLICT DO NOTHING"), {"t": tenant_ids}
+        )
         for name in INDEXES:
             conn.execute(text(f"DROP INDEX IF EXISTS {name}"))
     _copy(engine, "facts", _fact_rows(facts, tenant_ids, texts, base, rng, nrng, now), progress)
@@ -100,9 +142,23 @@ def _fact_rows(n, tenant_ids, texts, base, rng, nrng, now):  # noqa: ANN001, ANN
         perm = rng.choice(PERMANENCE)
         when = now - timedelta(days=rng.uniform(0, 60))
         content = texts[picks[i]]
-        yield [str(uuid.uuid4()), tenant_ids[i % len(tenant_ids)], rng.choice(SUBJECTS), f"{rng.choice(TOPICS)}_{i}",
-               content, _tokens(content), _vec_text(vecs[i]), str(rng.randint(1, 10)), "1.0", str(DECAY[perm]), perm,
-               rng.choice(["global", "health", "general"]), when.isoformat(), when.isoformat(), when.isoformat()]
+        yield [
+            str(uuid.uuid4()),
+            tenant_ids[i % len(tenant_ids)],
+            rng.choice(SUBJECTS),
+            f"{rng.choice(TOPICS)}_{i}",
+            content,
+            _tokens(content),
+            _vec_text(vecs[i]),
+            str(rng.randint(1, 10)),
+            "1.0",
+            str(DECAY[perm]),
+            perm,
+            rng.choice(["global", "health", "general"]),
+            when.isoformat(),
+            when.isoformat(),
+            when.isoformat(),
+        ]
 
 
 def _rule_rows(n, tenant_ids, texts, base, rng, nrng, now):  # noqa: ANN001, ANN202
@@ -111,16 +167,29 @@ def _rule_rows(n, tenant_ids, texts, base, rng, nrng, now):  # noqa: ANN001, ANN
     for i in range(n):
         when = now - timedelta(days=rng.uniform(0, 60))
         content = f"{rng.choice(RULE_OPENERS)} {texts[picks[i]]}"
-        yield [str(uuid.uuid4()), tenant_ids[i % len(tenant_ids)], content, _tokens(content), _vec_text(vecs[i]),
-               rng.choice(["candidate", "established", "proven"]), "0.5", "0.008", "standard", "0.7",
-               rng.choice(["global", "health", "general"]), when.isoformat(), when.isoformat(), when.isoformat()]
+        yield [
+            str(uuid.uuid4()),
+            tenant_ids[i % len(tenant_ids)],
+            content,
+            _tokens(content),
+            _vec_text(vecs[i]),
+            rng.choice(["candidate", "established", "proven"]),
+            "0.5",
+            "0.008",
+            "standard",
+            "0.7",
+            rng.choice(["global", "health", "general"]),
+            when.isoformat(),
+            when.isoformat(),
+            when.isoformat(),
+        ]
 
 
 COPY_COLUMNS = {
     "facts": "id, tenant_id, subject, predicate, content, content_tokens, embedding, importance, confidence, "
-             "decay_rate, permanence, scope, created_at, last_confirmed_at, last_referenced_at",
+    "decay_rate, permanence, scope, created_at, last_confirmed_at, last_referenced_at",
     "rules": "id, tenant_id, content, content_tokens, embedding, maturity, confidence, decay_rate, permanence, "
-             "effectiveness_score, scope, created_at, last_confirmed_at, last_referenced_at",
+    "effectiveness_score, scope, created_at, last_confirmed_at, last_referenced_at",
 }
 
 

@@ -33,14 +33,25 @@ from shared.errors import ButlerError
 from tests.bench.fuzz_values import Hints, arguments, has_raw, mutate, raw_json
 from tests.bench.fuzz_world import CALL_TIMEOUT_S, Fingerprint, FrontProcess, Tenant
 
-KNOWN_CODES = frozenset(c.code for c in (*ButlerError.__subclasses__(), *(
-    s for c in ButlerError.__subclasses__() for s in c.__subclasses__()))) - {ButlerError.code}
+KNOWN_CODES = frozenset(
+    c.code
+    for c in (*ButlerError.__subclasses__(), *(s for c in ButlerError.__subclasses__() for s in c.__subclasses__()))
+) - {ButlerError.code}
 # JSON-RPC errors the server answers for a body it cannot take (parse error, invalid request, unknown method,
 # invalid params): refused at the protocol level, before any tool ran. Others (a timeout, a lost connection) are
 # transport failures.
 PROTOCOL_ERRORS = frozenset({-32700, -32600, -32601, -32602})
-MUST_BE_ZERO = ("internal_error", "unclassified", "unnamed_field", "oversized_error", "refused_wrote", "leaks",
-                "crashes", "transport_errors", "invalid_result")
+MUST_BE_ZERO = (
+    "internal_error",
+    "unclassified",
+    "unnamed_field",
+    "oversized_error",
+    "refused_wrote",
+    "leaks",
+    "crashes",
+    "transport_errors",
+    "invalid_result",
+)
 COLUMNS = ("calls", "hostile", "valid", "valid_wrote", "degraded", "classified", *MUST_BE_ZERO)
 # A refusal says what broke in a few lines; one that quotes a hostile value whole (a 1 MB string) is a defect.
 MAX_ERROR_CHARS = 4_096
@@ -75,13 +86,13 @@ class Tally:
     def table(self) -> str:
         classes = sorted({k for c in self.per_tool.values() for k in c if k.startswith(("error:", "protocol:"))})
         head = ["tool", *COLUMNS]
-        rows = [[tool, *(str(c[k]) for k in COLUMNS)]
-                for tool, c in sorted(self.per_tool.items())]
+        rows = [[tool, *(str(c[k]) for k in COLUMNS)] for tool, c in sorted(self.per_tool.items())]
         total = self.total
         rows.append(["ALL", *(str(total[k]) for k in COLUMNS)])
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                 for r in [head, *rows]]
+        lines = [
+            "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in [head, *rows]
+        ]
         lines.append("classified errors by class: " + ", ".join(f"{k} {total[k]}" for k in classes))
         return "\n".join(lines)
 
@@ -93,8 +104,11 @@ class Campaign:
         self.engine, self.front, self.a, self.b = engine, front, a, b
         self.tally = Tally()
         self.fingerprint = Fingerprint(engine)
-        self.hints = Hints(own_ids=[i for ids in a.ids.values() for i in ids],
-                           other_ids=[i for ids in b.ids.values() for i in ids], other_tenant=b.id)
+        self.hints = Hints(
+            own_ids=[i for ids in a.ids.values() for i in ids],
+            other_ids=[i for ids in b.ids.values() for i in ids],
+            other_tenant=b.id,
+        )
         self.other_ids = set(self.hints.other_ids)
         self.schemas: dict[str, dict[str, Any]] = {}
         self.portal: BlockingPortal | None = None
@@ -136,8 +150,15 @@ class Campaign:
         """``calls`` calls drawn by hypothesis (a fixed derandomised sequence, or ``seed``'s)."""
         names = sorted(self.schemas)
 
-        @settings(max_examples=calls, derandomize=seed is None, database=None, deadline=None,
-                  phases=[Phase.generate], suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+        @settings(
+            max_examples=calls,
+            derandomize=seed is None,
+            database=None,
+            deadline=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+            verbosity=Verbosity.quiet,
+        )
         @given(st.data())
         def one(data: st.DataObject) -> None:
             hostile = data.draw(st.booleans())  # half the calls break something
@@ -206,17 +227,29 @@ class Campaign:
             if "structured content" in str(exc).lower() or "output schema" in str(exc).lower():
                 return {"invalid_result": str(exc)}
             raise
-        return {"isError": result.is_error, "structuredContent": result.structured_content,
-                "text": result.content[0].text if result.content and hasattr(result.content[0], "text") else ""}
+        return {
+            "isError": result.is_error,
+            "structuredContent": result.structured_content,
+            "text": result.content[0].text if result.content and hasattr(result.content[0], "text") else "",
+        }
 
     def _raw(self, tool: str, who: str, args: dict[str, Any]) -> dict[str, Any]:
         """Values the client cannot encode go as a raw JSON-RPC body over the same HTTP endpoint."""
         token = self.a.admin if who == "admin" else self.a.butler
         body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":%s,"arguments":%s}}' % (
-            json.dumps(tool), raw_json(args))
-        response = httpx.post(self.front.url, content=body, timeout=CALL_TIMEOUT_S, headers={
-            "Authorization": f"Bearer {token}", "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream"})
+            json.dumps(tool),
+            raw_json(args),
+        )
+        response = httpx.post(
+            self.front.url,
+            content=body,
+            timeout=CALL_TIMEOUT_S,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+            },
+        )
         if response.status_code >= 500:
             return {"http": response.status_code, "text": response.text}
         message = response.json()
@@ -225,8 +258,11 @@ class Campaign:
                 raise RuntimeError(f"JSON-RPC error {message['error']}")
             return {"protocol": message["error"]["code"], "message": message["error"].get("message")}
         result = message["result"]
-        return {"isError": result.get("isError", False), "structuredContent": result.get("structuredContent"),
-                "text": (result.get("content") or [{}])[0].get("text", "")}
+        return {
+            "isError": result.get("isError", False),
+            "structuredContent": result.get("structuredContent"),
+            "text": (result.get("content") or [{}])[0].get("text", ""),
+        }
 
     def _classify(self, tool: str, who: str, args: dict[str, Any], answer: dict[str, Any]) -> bool:
         """Count the answer; True when the call was refused (so it must have written nothing)."""
@@ -254,8 +290,11 @@ class Campaign:
         if code == ButlerError.code or "internal error" in str(body.get("message", "")):
             add("internal_error")
             note("internal_error", f"{tool} {_short(args)} -> {_short(body)} (request_id {body.get('request_id')})")
-        elif code not in KNOWN_CODES or not isinstance(body.get("message"), str) \
-                or not isinstance(body.get("retryable"), bool):
+        elif (
+            code not in KNOWN_CODES
+            or not isinstance(body.get("message"), str)
+            or not isinstance(body.get("retryable"), bool)
+        ):
             add("unclassified")
             note("unclassified", f"{tool} {_short(args)} -> {_short(answer)}")
         else:
@@ -283,7 +322,8 @@ class Campaign:
         secrets = [self.b.marker, *([self.a.marker] if who == "butler" else [])]
         named = json.dumps(args, default=str)
         leaked = [s for s in secrets if s in shown] + [
-            i for i in _id_values(body) if i in self.other_ids and i not in named]
+            i for i in _id_values(body) if i in self.other_ids and i not in named
+        ]
         if leaked:
             self.tally.add(tool, "leaks")
             self.tally.note("leaks", f"{who} {tool} {_short(args)} -> {leaked[:3]}: {shown[:2000]}")
@@ -308,9 +348,27 @@ class Campaign:
 
 
 # Fields that carry what a caller wrote (which may be any string, another tenant's id included), not references.
-CALLER_TEXT = frozenset({"content", "context", "text", "reason", "subject", "predicate", "tags", "session_id",
-                         "idempotency_key", "request_id", "subrequest_id", "segment_id", "preceding", "payload",
-                         "anti_pattern", "last_error", "error"})
+CALLER_TEXT = frozenset(
+    {
+        "content",
+        "context",
+        "text",
+        "reason",
+        "subject",
+        "predicate",
+        "tags",
+        "session_id",
+        "idempotency_key",
+        "request_id",
+        "subrequest_id",
+        "segment_id",
+        "preceding",
+        "payload",
+        "anti_pattern",
+        "last_error",
+        "error",
+    }
+)
 
 
 def _id_values(node: Any, key: str = "") -> Iterator[str]:
@@ -330,5 +388,3 @@ def _id_values(node: Any, key: str = "") -> Iterator[str]:
 def _short(value: Any, limit: int = 300) -> str:
     text_ = json.dumps(value, default=repr, ensure_ascii=True)
     return text_ if len(text_) <= limit else f"{text_[:limit]}... ({len(text_)} chars)"
-
-

@@ -20,8 +20,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-MAX_TEXT = 120      # generated strings stay short; the long ones come from the hostile values
-MAX_ITEMS = 4       # generated arrays (a batch's episodes, a context batch's requests)
+MAX_TEXT = 120  # generated strings stay short; the long ones come from the hostile values
+MAX_ITEMS = 4  # generated arrays (a batch's episodes, a context batch's requests)
 MEGABYTE = "m" * (1 << 20)
 NAMES = ("health", "finance", "general", "global")
 
@@ -45,22 +45,68 @@ def nested(depth: int) -> dict[str, Any]:
 
 
 RAW_ONLY = (
-    Raw("lone-surrogate", '"a\\ud800b"'), Raw("lone-low-surrogate", '"\\udfff"'), Raw("nan", "NaN"),
-    Raw("infinity", "Infinity"), Raw("-infinity", "-Infinity"), Raw("huge-exponent", "1e400"),
-    Raw("digits-5000", "9" * 5000), Raw("nesting-5000", '{"a":' * 5000 + "1" + "}" * 5000),
+    Raw("lone-surrogate", '"a\\ud800b"'),
+    Raw("lone-low-surrogate", '"\\udfff"'),
+    Raw("nan", "NaN"),
+    Raw("infinity", "Infinity"),
+    Raw("-infinity", "-Infinity"),
+    Raw("huge-exponent", "1e400"),
+    Raw("digits-5000", "9" * 5000),
+    Raw("nesting-5000", '{"a":' * 5000 + "1" + "}" * 5000),
     Raw("nesting-150", '{"a":' * 150 + "1" + "}" * 150),
 )
 
 HOSTILE_TEXT = (
-    "a\x00b", "\x00", MEGABYTE, "", " ", "\t\n\r", "\u202etxt.exe", "\ufeffBOM", "\uffff", "🙂" * 5_000,
-    "' OR '1'='1'; DROP TABLE facts; --", "%s%n%x", "{{7*7}}${jndi:ldap://x}", "../../etc/passwd", "*", "global",
-    "ALL", "²", "-1", "9" * 400, "9" * 5_000, "NaN", "null", "true", "Ω" * 20_001, "x" * 20_001, "\u0301" * 1000,
-    "2999-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "2025-01-01T10:00:00", "0000-00-00T00:00:00Z",
-    str(uuid.UUID(int=0)), "mb_" + "A" * 43,
+    "a\x00b",
+    "\x00",
+    MEGABYTE,
+    "",
+    " ",
+    "\t\n\r",
+    "\u202etxt.exe",
+    "\ufeffBOM",
+    "\uffff",
+    "🙂" * 5_000,
+    "' OR '1'='1'; DROP TABLE facts; --",
+    "%s%n%x",
+    "{{7*7}}${jndi:ldap://x}",
+    "../../etc/passwd",
+    "*",
+    "global",
+    "ALL",
+    "²",
+    "-1",
+    "9" * 400,
+    "9" * 5_000,
+    "NaN",
+    "null",
+    "true",
+    "Ω" * 20_001,
+    "x" * 20_001,
+    "\u0301" * 1000,
+    "2999-01-01T00:00:00Z",
+    "1969-12-31T23:59:59Z",
+    "2025-01-01T10:00:00",
+    "0000-00-00T00:00:00Z",
+    str(uuid.UUID(int=0)),
+    "mb_" + "A" * 43,
 )
 HOSTILE_NUMBERS = (-1, 0, 1, -(2**63) - 1, 2**63, 10**40, -(10**40), 1e308, -1e308, 5e-324, 1.5, -0.0, 49, 32_001)
-HOSTILE_SHAPES = (None, True, False, [], {}, [None], [[[]]], ["a"] * 600, {"k": "v"}, nested(64),
-                  {"$ref": "#"}, {"__proto__": {"admin": True}}, [{"content": "x", "butler": "health"}] * 501)
+HOSTILE_SHAPES = (
+    None,
+    True,
+    False,
+    [],
+    {},
+    [None],
+    [[[]]],
+    ["a"] * 600,
+    {"k": "v"},
+    nested(64),
+    {"$ref": "#"},
+    {"__proto__": {"admin": True}},
+    [{"content": "x", "butler": "health"}] * 501,
+)
 UNKNOWN_FIELDS = ("colour", "tenant_id", "tenant", "__proto__", "role", "id", "", "x" * 300, "\x00", "Content")
 
 
@@ -77,9 +123,14 @@ class Hints:
 
     def hostile(self) -> st.SearchStrategy[Any]:
         ids = [*self.own_ids[:20], *self.other_ids[:20]] or [str(uuid.uuid4())]
-        return st.one_of(st.sampled_from(HOSTILE_TEXT), st.sampled_from(HOSTILE_NUMBERS),
-                         st.sampled_from(HOSTILE_SHAPES), st.sampled_from(ids),
-                         st.just(self.other_tenant), st.sampled_from(self.other_ids or ids).map(lambda i: [i]))
+        return st.one_of(
+            st.sampled_from(HOSTILE_TEXT),
+            st.sampled_from(HOSTILE_NUMBERS),
+            st.sampled_from(HOSTILE_SHAPES),
+            st.sampled_from(ids),
+            st.just(self.other_tenant),
+            st.sampled_from(self.other_ids or ids).map(lambda i: [i]),
+        )
 
 
 def _resolve(schema: Mapping[str, Any], defs: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -103,9 +154,10 @@ def value(schema: Mapping[str, Any], *, defs: Mapping[str, Any], hints: Hints, n
         return st.integers(schema.get("minimum"), schema.get("maximum"))
     if kind == "number":
         low, high = schema.get("minimum"), schema.get("maximum")
-        return st.one_of(st.integers(math.ceil(low) if low is not None else None,
-                                     math.floor(high) if high is not None else None),
-                         st.floats(low, high, allow_nan=False, allow_infinity=False))
+        return st.one_of(
+            st.integers(math.ceil(low) if low is not None else None, math.floor(high) if high is not None else None),
+            st.floats(low, high, allow_nan=False, allow_infinity=False),
+        )
     if kind == "array":
         items = value(schema.get("items", {}), defs=defs, hints=hints, name=name)
         low = schema.get("minItems", 0)
@@ -125,16 +177,19 @@ def _string(schema: Mapping[str, Any], hints: Hints, name: str) -> st.SearchStra
         known = [*hints.own_ids, *hints.other_ids]
         return st.one_of(st.uuids().map(str), *([st.sampled_from(known)] * 3 if known else []))
     if fmt == "date-time":
-        return st.datetimes(min_value=datetime(1960, 1, 1), max_value=datetime(2100, 1, 1),
-                            timezones=st.just(timezone.utc)).map(lambda d: d.isoformat())
+        return st.datetimes(
+            min_value=datetime(1960, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
+        ).map(lambda d: d.isoformat())
     low, high = schema.get("minLength", 0), min(schema.get("maxLength", MAX_TEXT), MAX_TEXT)
     if pattern:
-        return st.one_of(st.from_regex(pattern, fullmatch=True).filter(lambda s: len(s) <= 63),
-                         st.sampled_from(hints.names))
+        return st.one_of(
+            st.from_regex(pattern, fullmatch=True).filter(lambda s: len(s) <= 63), st.sampled_from(hints.names)
+        )
     # Any Unicode text (NUL and control characters included) half the time, plain words the other half.
-    text = st.one_of(st.text(st.characters(codec="utf-8"), min_size=low, max_size=max(low, high)),
-                     st.text(string.ascii_letters + string.digits + " ", min_size=max(low, 1),
-                             max_size=max(low, 1, min(high, 40))))
+    text = st.one_of(
+        st.text(st.characters(codec="utf-8"), min_size=low, max_size=max(low, high)),
+        st.text(string.ascii_letters + string.digits + " ", min_size=max(low, 1), max_size=max(low, 1, min(high, 40))),
+    )
     if name == "confirm_tenant":
         return st.one_of(text, st.just(hints.other_tenant))
     if name == "idempotency_key":
@@ -149,8 +204,10 @@ def obj(schema: Mapping[str, Any], *, defs: Mapping[str, Any], hints: Hints) -> 
     props = schema.get("properties", {})
     required = set(schema.get("required", ()))
     strategies = {k: value(s, defs=defs, hints=hints, name=k) for k, s in props.items()}
-    return st.fixed_dictionaries({k: strategies[k] for k in props if k in required},
-                                 optional={k: strategies[k] for k in props if k not in required})
+    return st.fixed_dictionaries(
+        {k: strategies[k] for k in props if k in required},
+        optional={k: strategies[k] for k in props if k not in required},
+    )
 
 
 def arguments(schema: Mapping[str, Any], hints: Hints) -> st.SearchStrategy[dict[str, Any]]:

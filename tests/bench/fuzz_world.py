@@ -54,12 +54,20 @@ class FrontProcess:
 
     def start(self) -> FrontProcess:
         self.port = free_port()
-        env = {**os.environ, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
-               "MEMORY_BUTLER_LOG_LEVEL": "INFO"}
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "MEMORY_BUTLER_LOG_LEVEL": "INFO",
+        }
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memory_api", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env, stdout=log, stderr=log, start_new_session=True)
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
         log.close()
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -95,8 +103,8 @@ class Tenant:
 
     id: str
     admin: str
-    butler: str                      # a 'health' butler token
-    marker: str                      # text in this tenant's memories that nobody else may see
+    butler: str  # a 'health' butler token
+    marker: str  # text in this tenant's memories that nobody else may see
     ids: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -107,15 +115,25 @@ class Fingerprint:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         with engine.connect() as conn:
-            tables = conn.execute(text(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
-                "AND table_type = 'BASE TABLE' AND table_name <> 'alembic_version' ORDER BY 1")).scalars().all()
+            tables = (
+                conn.execute(
+                    text(
+                        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
+                        "AND table_type = 'BASE TABLE' AND table_name <> 'alembic_version' ORDER BY 1"
+                    )
+                )
+                .scalars()
+                .all()
+            )
         parts = []
         for t in tables:
             if t in MEMORY_TABLES:
                 dropped = "".join(f" - '{c}'" for c in VOLATILE)
-                keep_alive = " - CASE WHEN t.maturity = 'anti_pattern' THEN 'last_confirmed_at' ELSE '' END" \
-                    if t == "rules" else ""
+                keep_alive = (
+                    " - CASE WHEN t.maturity = 'anti_pattern' THEN 'last_confirmed_at' ELSE '' END"
+                    if t == "rules"
+                    else ""
+                )
                 row = f"sum(hashtext((to_jsonb(t){dropped}{keep_alive})::text)::bigint)"
             else:
                 row = "max(t.xmin::text::bigint)"
@@ -146,12 +164,20 @@ def seed_tenants(engine: Engine, front_url: str, database_url: str, redis_url: s
     _apply_all(engine, database_url, redis_url)
     with unit_of_work(engine) as conn:
         for t in tenants:
-            conn.execute(text(
-                "UPDATE episodes SET consolidation_status = 'dead_letter', last_consolidation_error = 'fuzz seed' "
-                "WHERE id = (SELECT id FROM episodes WHERE tenant_id = :t ORDER BY created_at LIMIT 1)"), {"t": t.id})
+            conn.execute(
+                text(
+                    "UPDATE episodes SET consolidation_status = 'dead_letter', last_consolidation_error = 'fuzz seed' "
+                    "WHERE id = (SELECT id FROM episodes WHERE tenant_id = :t ORDER BY created_at LIMIT 1)"
+                ),
+                {"t": t.id},
+            )
             for kind, table in (("episode", "episodes"), ("fact", "facts"), ("rule", "rules")):
-                t.ids[kind] = [str(i) for i in conn.execute(
-                    text(f"SELECT id FROM {table} WHERE tenant_id = :t ORDER BY id"), {"t": t.id}).scalars()]
+                t.ids[kind] = [
+                    str(i)
+                    for i in conn.execute(
+                        text(f"SELECT id FROM {table} WHERE tenant_id = :t ORDER BY id"), {"t": t.id}
+                    ).scalars()
+                ]
     return a, b
 
 
@@ -164,13 +190,29 @@ async def _store_seeds(front_url: str, tenant: Tenant, is_a: bool) -> None:
             mark = secret if (not is_a or scope == "finance") else "plain"
             butler = "general" if scope == "global" else scope
             for topic in ("penicillin allergy", "dentist on Tuesday", "monthly budget"):
-                await call_tool(s, "memory_store_episode", {"content": f"{topic} noted ({mark})", "butler": butler},
-                                timeout_s=CALL_TIMEOUT_S)
-            await call_tool(s, "memory_store_fact", {"subject": "user", "predicate": f"likes_{scope}",
-                                                     "content": f"The user likes coffee ({mark})", "scope": scope},
-                            timeout_s=CALL_TIMEOUT_S)
-            await call_tool(s, "memory_store_rule", {"content": f"Always confirm before paying ({mark})",
-                                                     "scope": scope}, timeout_s=CALL_TIMEOUT_S)
+                await call_tool(
+                    s,
+                    "memory_store_episode",
+                    {"content": f"{topic} noted ({mark})", "butler": butler},
+                    timeout_s=CALL_TIMEOUT_S,
+                )
+            await call_tool(
+                s,
+                "memory_store_fact",
+                {
+                    "subject": "user",
+                    "predicate": f"likes_{scope}",
+                    "content": f"The user likes coffee ({mark})",
+                    "scope": scope,
+                },
+                timeout_s=CALL_TIMEOUT_S,
+            )
+            await call_tool(
+                s,
+                "memory_store_rule",
+                {"content": f"Always confirm before paying ({mark})", "scope": scope},
+                timeout_s=CALL_TIMEOUT_S,
+            )
 
 
 def _apply_all(engine: Engine, database_url: str, redis_url: str) -> None:

@@ -45,26 +45,60 @@ PARAPHRASES = [
     ("user", "tea", "Dislikes herbal infusions", "would they enjoy a chamomile brew?"),
 ]
 
-NAMES = ["Marisol", "Thaddeus", "Ingrid", "Oluwaseun", "Perpetua", "Casimir", "Wilhelmina", "Bartholomew",
-         "Xiomara", "Leopold", "Genoveva", "Ignatius", "Rosalind", "Zebedee", "Anastasia", "Florian"]
+NAMES = [
+    "Marisol",
+    "Thaddeus",
+    "Ingrid",
+    "Oluwaseun",
+    "Perpetua",
+    "Casimir",
+    "Wilhelmina",
+    "Bartholomew",
+    "Xiomara",
+    "Leopold",
+    "Genoveva",
+    "Ignatius",
+    "Rosalind",
+    "Zebedee",
+    "Anastasia",
+    "Florian",
+]
 RELATIONS = ["dentist", "landlord", "accountant", "piano teacher", "neighbour", "mechanic", "vet", "tutor"]
 CITIES = ["Oslo", "Porto", "Quito", "Hanoi", "Dakar", "Lima", "Perth", "Riga"]
-ROLE_QUESTIONS = {"dentist": "who looks after their teeth?", "landlord": "who owns the place they rent?",
-                  "accountant": "who handles their taxes?", "piano teacher": "who gives them music lessons?",
-                  "neighbour": "who lives next door?", "mechanic": "who repairs their car?",
-                  "vet": "who treats their animals?", "tutor": "who helps them study?"}
+ROLE_QUESTIONS = {
+    "dentist": "who looks after their teeth?",
+    "landlord": "who owns the place they rent?",
+    "accountant": "who handles their taxes?",
+    "piano teacher": "who gives them music lessons?",
+    "neighbour": "who lives next door?",
+    "mechanic": "who repairs their car?",
+    "vet": "who treats their animals?",
+    "tutor": "who helps them study?",
+}
 PRODUCTS = ["router", "blender", "laptop", "e-bike", "heat pump", "camera", "printer", "smartwatch"]
-INTENTS = {"router": "internet box", "blender": "kitchen mixer", "laptop": "computer", "e-bike": "bicycle",
-           "heat pump": "heating system", "camera": "photo device", "printer": "paper output machine",
-           "smartwatch": "wrist gadget"}
+INTENTS = {
+    "router": "internet box",
+    "blender": "kitchen mixer",
+    "laptop": "computer",
+    "e-bike": "bicycle",
+    "heat pump": "heating system",
+    "camera": "photo device",
+    "printer": "paper output machine",
+    "smartwatch": "wrist gadget",
+}
 
 # Distractors share the topics and the common words, so every tenant has near-misses.
 DISTRACTORS = [
-    "Asked about the weather forecast for the weekend", "Wanted a reminder to water the plants",
-    "Mentioned that the office moved to a new floor", "Discussed a plan to repaint the kitchen",
-    "Had a call with a friend about holiday plans", "Ordered a new pair of running shoes",
-    "Asked for a summary of the news", "Booked a table at a restaurant for Friday",
-    "Talked about a documentary on ocean life", "Requested a recipe for lentil soup",
+    "Asked about the weather forecast for the weekend",
+    "Wanted a reminder to water the plants",
+    "Mentioned that the office moved to a new floor",
+    "Discussed a plan to repaint the kitchen",
+    "Had a call with a friend about holiday plans",
+    "Ordered a new pair of running shoes",
+    "Asked for a summary of the news",
+    "Booked a table at a restaurant for Friday",
+    "Talked about a documentary on ocean life",
+    "Requested a recipe for lentil soup",
 ]
 
 
@@ -81,8 +115,8 @@ class Memory:
 class Question:
     tenant: str
     text: str
-    kind: str          # paraphrase | keyword | mixed
-    relevant: str      # Memory.key
+    kind: str  # paraphrase | keyword | mixed
+    relevant: str  # Memory.key
 
 
 def _code(rng: random.Random) -> str:
@@ -100,20 +134,30 @@ def generate(*, tenants: int = 6, seed: int = 7) -> tuple[list[Memory], list[Que
             key = f"{tenant}/p{i}"
             memories.append(Memory(key, tenant, subject, predicate, content))
             questions.append(Question(tenant, question, "paraphrase", key))
-        for i, (name, relation, city) in enumerate(zip(rng.sample(NAMES, 8), rng.sample(RELATIONS, 8),
-                                                         rng.sample(CITIES, 8))):
+        for i, (name, relation, city) in enumerate(
+            zip(rng.sample(NAMES, 8), rng.sample(RELATIONS, 8), rng.sample(CITIES, 8))
+        ):
             # two memories share the rare name: the name finds both, only the meaning picks the right one
             key = f"{tenant}/n{i}"
-            memories.append(Memory(key, tenant, name.lower(), "relation",
-                                   f"{name} is the user's {relation} and calls on Tuesdays"))
-            memories.append(Memory(f"{tenant}/m{i}", tenant, name.lower(), "postcard",
-                                   f"{name} sent a postcard from {city} last summer"))
+            memories.append(
+                Memory(key, tenant, name.lower(), "relation", f"{name} is the user's {relation} and calls on Tuesdays")
+            )
+            memories.append(
+                Memory(
+                    f"{tenant}/m{i}",
+                    tenant,
+                    name.lower(),
+                    "postcard",
+                    f"{name} sent a postcard from {city} last summer",
+                )
+            )
             questions.append(Question(tenant, f"{name}: {ROLE_QUESTIONS[relation]}", "mixed", key))
         for i, product in enumerate(rng.sample(PRODUCTS, 6)):
             key = f"{tenant}/c{i}"
             code = _code(rng)
-            memories.append(Memory(key, tenant, "user", f"device_{i}",
-                                   f"Registered the {product} with warranty number {code}"))
+            memories.append(
+                Memory(key, tenant, "user", f"device_{i}", f"Registered the {product} with warranty number {code}")
+            )
             questions.append(Question(tenant, code, "keyword", key))
             questions.append(Question(tenant, f"{code} which {INTENTS[product]} is covered?", "mixed", key))
         for i, text in enumerate(DISTRACTORS):

@@ -23,8 +23,9 @@ from tests.dashboard_seed import Seeded
 
 def wait(page: Any, condition: Callable[[Any], Any]) -> Any:
     """Poll ``condition`` until truthy; an element replaced while it was read (the page re-renders) is retried."""
-    return WebDriverWait(page, WAIT_S, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
-                         ).until(condition)
+    return WebDriverWait(
+        page, WAIT_S, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)
+    ).until(condition)
 
 
 def css(page: Any, selector: str) -> Any:
@@ -44,8 +45,9 @@ def fact_card(page: Any, fact_id: object) -> Any:
     return css(page, f'.card.fact[data-id="{fact_id}"]')
 
 
-def test_sign_in_and_see_facts_grouped_by_subject(page: Any, dashboard_front: Front, admin_token: str,
-                                                   seeded: Seeded) -> None:
+def test_sign_in_and_see_facts_grouped_by_subject(
+    page: Any, dashboard_front: Front, admin_token: str, seeded: Seeded
+) -> None:
     sign_in(page, dashboard_front, admin_token, "/butlers/health/memory")
     groups = wait(page, lambda p: p.find_elements(By.CSS_SELECTOR, "#fact-list .group"))
     assert [g.get_attribute("data-subject") for g in groups] == ["dentist", "user"]
@@ -59,8 +61,9 @@ def test_sign_in_and_see_facts_grouped_by_subject(page: Any, dashboard_front: Fr
     assert old.find_element(By.CSS_SELECTOR, ".content").value_of_css_property("text-decoration-line") == "line-through"
 
 
-def test_edit_a_fact_and_see_the_old_one_struck_through(page: Any, dashboard_front: Front, admin_token: str,
-                                                        engine: Engine, seeded: Seeded) -> None:
+def test_edit_a_fact_and_see_the_old_one_struck_through(
+    page: Any, dashboard_front: Front, admin_token: str, engine: Engine, seeded: Seeded
+) -> None:
     sign_in(page, dashboard_front, admin_token, "/butlers/health/memory")
     fact_card(page, seeded.facts["color"]).find_element(By.CSS_SELECTOR, "button.edit").click()
     area = css(page, "#edit-content")
@@ -73,11 +76,14 @@ def test_edit_a_fact_and_see_the_old_one_struck_through(page: Any, dashboard_fro
     assert "fact.stored" in page.find_element(By.ID, "drawer").text
     wait(page, lambda p: "superseded" in fact_card(p, seeded.facts["color"]).get_attribute("class"))
     page.find_element(By.ID, "drawer-close").click()
-    wait(page, lambda p: fact_card(p, seeded.facts["color"]).find_element(By.CSS_SELECTOR, "a.replacement").click()
-         or True)
+    wait(
+        page,
+        lambda p: fact_card(p, seeded.facts["color"]).find_element(By.CSS_SELECTOR, "a.replacement").click() or True,
+    )
     wait(page, lambda p: "teal" in p.find_element(By.ID, "drawer-content").text)
-    assert [e["event_type"] for e in events_about(engine, seeded.tenant, seeded.facts["color"])][-1] == \
-        "fact.superseded"
+    assert [e["event_type"] for e in events_about(engine, seeded.tenant, seeded.facts["color"])][
+        -1
+    ] == "fact.superseded"
 
 
 def test_delete_and_restore_a_fact(page: Any, dashboard_front: Front, admin_token: str, seeded: Seeded) -> None:
@@ -88,8 +94,9 @@ def test_delete_and_restore_a_fact(page: Any, dashboard_front: Front, admin_toke
     assert "dentist" in fact_card(page, seeded.facts["dentist"]).text.lower()
 
 
-def test_promote_a_rule_and_see_it_move_sections(page: Any, dashboard_front: Front, admin_token: str,
-                                                 seeded: Seeded) -> None:
+def test_promote_a_rule_and_see_it_move_sections(
+    page: Any, dashboard_front: Front, admin_token: str, seeded: Seeded
+) -> None:
     sign_in(page, dashboard_front, admin_token, "/butlers/health/memory")
     rule = f'[data-id="{seeded.rules["candidate"]}"]'
     css(page, f"#section-candidate {rule} button.promote").click()
@@ -111,8 +118,7 @@ def test_filter_episodes(page: Any, dashboard_front: Front, admin_token: str, se
     assert rows[0].get_attribute("data-id") == str(seeded.episodes["allergy"])  # newest first
 
 
-def test_search_from_the_knowledge_browser(page: Any, dashboard_front: Front, admin_token: str,
-                                           seeded: Seeded) -> None:
+def test_search_from_the_knowledge_browser(page: Any, dashboard_front: Front, admin_token: str, seeded: Seeded) -> None:
     sign_in(page, dashboard_front, admin_token, "/memory")
     assert "Facts" in css(page, "#card-facts").text and css(page, "#chart-confidence .chart")
     assert wait(page, lambda p: p.find_elements(By.CSS_SELECTOR, "#activity-list .event"))
@@ -123,8 +129,9 @@ def test_search_from_the_knowledge_browser(page: Any, dashboard_front: Front, ad
     assert hit.get_attribute("data-id") == str(seeded.facts["allergy"])
 
 
-def test_a_butler_token_sees_only_its_scope_and_cannot_edit(page: Any, dashboard_front: Front, engine: Engine,
-                                                            seeded: Seeded) -> None:
+def test_a_butler_token_sees_only_its_scope_and_cannot_edit(
+    page: Any, dashboard_front: Front, engine: Engine, seeded: Seeded
+) -> None:
     token = new_token(engine, seeded.tenant, ["health"])
     sign_in(page, dashboard_front, token, "/butlers/health/memory")
     fact_card(page, seeded.facts["allergy"])

@@ -33,9 +33,9 @@ from tests.e2e.netns import Network
 from tests.e2e.services import Postgres, free_port, wait_gone
 
 FRONT_PORT = 8150
-READY_S = 150            # the front and the workers load the embedding model: slow on a busy 2-core machine
+READY_S = 150  # the front and the workers load the embedding model: slow on a busy 2-core machine
 STOP_GRACE_S = 10
-MID_WORK_S = 15          # how long kill_host waits for the victim to hold a key's lock
+MID_WORK_S = 15  # how long kill_host waits for the victim to hold a key's lock
 WORKER_APP = "memory_workers.app:app"
 
 # An advisory lock held by a backend of the given client address, as (classid, objid): a bigint key's two halves.
@@ -56,7 +56,7 @@ def lock_halves(key: int) -> tuple[int, int]:
 @dataclass
 class Proc:
     name: str
-    host: str | None          # the namespace's host name; None: the machine's own namespace
+    host: str | None  # the namespace's host name; None: the machine's own namespace
     popen: subprocess.Popen
 
 
@@ -66,15 +66,15 @@ class Fleet:
 
     worker_hosts: tuple[str, ...] = ("host-a", "host-b")
     shard_count: int = 4
-    env: dict[str, str] = field(default_factory=dict)   # extra settings for every part
-    dead_client_timeout_s: float = 60.0   # every part's (and the fleet's own engine's) settings.dead_client_timeout
+    env: dict[str, str] = field(default_factory=dict)  # extra settings for every part
+    dead_client_timeout_s: float = 60.0  # every part's (and the fleet's own engine's) settings.dead_client_timeout
     network: Network = field(default_factory=Network)
     work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="mb-hosts-")))
     procs: dict[str, Proc] = field(default_factory=dict)
     postgres: Postgres | None = None
     database_url: str = ""
     redis_url: str = ""
-    killed: dict[str, Any] = field(default_factory=dict)   # what kill_host saw and did
+    killed: dict[str, Any] = field(default_factory=dict)  # what kill_host saw and did
     _engine: Any = None
     _argv: dict[str, list[str]] = field(default_factory=dict)
 
@@ -88,33 +88,87 @@ class Fleet:
         self.postgres = Postgres(self.work_dir / "pgdata", address, free_port(address), self.network.subnet)
         self.database_url = self.postgres.start()
         db.migrate(self.database_url)
-        self._spawn("front", "front", ["-m", "memory_api", "serve", "--host", self.network.addresses["front"],
-                                       "--port", str(FRONT_PORT)])
-        self._spawn("beat", "front", ["-m", "celery", "-A", WORKER_APP, "beat", "--loglevel", "INFO",
-                                      "-s", str(self.work_dir / "celerybeat-schedule")])
+        self._spawn(
+            "front",
+            "front",
+            ["-m", "memory_api", "serve", "--host", self.network.addresses["front"], "--port", str(FRONT_PORT)],
+        )
+        self._spawn(
+            "beat",
+            "front",
+            [
+                "-m",
+                "celery",
+                "-A",
+                WORKER_APP,
+                "beat",
+                "--loglevel",
+                "INFO",
+                "-s",
+                str(self.work_dir / "celerybeat-schedule"),
+            ],
+        )
         queues = ",".join([*shard_queues(self.shard_count), MAINTENANCE_QUEUE])
         for host in self.worker_hosts:
-            self._spawn(host, host, ["-m", "celery", "-A", WORKER_APP, "worker", "--concurrency", "1", "-Q", queues,
-                                     "--hostname", f"{host}@{self.network.run_id}", "--without-mingle",
-                                     "--without-gossip", "--loglevel", "INFO"])
+            self._spawn(
+                host,
+                host,
+                [
+                    "-m",
+                    "celery",
+                    "-A",
+                    WORKER_APP,
+                    "worker",
+                    "--concurrency",
+                    "1",
+                    "-Q",
+                    queues,
+                    "--hostname",
+                    f"{host}@{self.network.run_id}",
+                    "--without-mingle",
+                    "--without-gossip",
+                    "--loglevel",
+                    "INFO",
+                ],
+            )
         return self
 
     def _start_redis(self, address: str) -> None:
         port = free_port(address)
         (self.work_dir / "redis").mkdir()
-        cmd = [shutil.which("redis-server") or "redis-server", "--bind", address, "--port", str(port),
-               "--protected-mode", "no",   # bound to the private bridge address only: no password needed
-               "--save", "", "--appendonly", "no", "--dir", str(self.work_dir / "redis")]
+        cmd = [
+            shutil.which("redis-server") or "redis-server",
+            "--bind",
+            address,
+            "--port",
+            str(port),
+            "--protected-mode",
+            "no",  # bound to the private bridge address only: no password needed
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.work_dir / "redis"),
+        ]
         self._popen("redis", None, cmd, dict(os.environ))
         self.redis_url = f"redis://{address}:{port}/0"
 
     def _part_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("MEMORY_BUTLER_") and k not in ("DATABASE_URL", "REDIS_URL")}
-        return {**env, "DATABASE_URL": self.database_url, "REDIS_URL": self.redis_url,
-                "MEMORY_BUTLER_DATA_DIR": str(self.work_dir / "data"),
-                "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(self.shard_count),
-                "MEMORY_BUTLER_DEAD_CLIENT_TIMEOUT_SECONDS": str(self.dead_client_timeout_s), **self.env}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("MEMORY_BUTLER_") and k not in ("DATABASE_URL", "REDIS_URL")
+        }
+        return {
+            **env,
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "MEMORY_BUTLER_DATA_DIR": str(self.work_dir / "data"),
+            "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(self.shard_count),
+            "MEMORY_BUTLER_DEAD_CLIENT_TIMEOUT_SECONDS": str(self.dead_client_timeout_s),
+            **self.env,
+        }
 
     def _spawn(self, name: str, host: str, argv: list[str]) -> None:
         self._argv[name] = argv
@@ -122,8 +176,15 @@ class Fleet:
 
     def _popen(self, name: str, host: str | None, cmd: list[str], env: dict[str, str]) -> None:
         log = open(self.work_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
-        popen = subprocess.Popen(cmd, env=env, cwd=self.work_dir, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+        popen = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=self.work_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         self.procs[name] = Proc(name, host, popen)
 
@@ -185,8 +246,9 @@ class Fleet:
     def engine(self) -> Any:
         """This fleet's own small engine (disposed by :meth:`stop`), from the machine's namespace."""
         if self._engine is None:
-            self._engine = db.make_engine(self.database_url, pool_size=2,
-                                          dead_client_timeout_s=self.dead_client_timeout_s)
+            self._engine = db.make_engine(
+                self.database_url, pool_size=2, dead_client_timeout_s=self.dead_client_timeout_s
+            )
         return self._engine
 
     def held_locks(self, host: str) -> list[tuple[int, int]]:
@@ -208,14 +270,20 @@ class Fleet:
             return
         held = self._wait_holding(host)
         pids = self.network.pids(host)
-        for pid in pids:   # only processes this fleet started: nothing else lives in the namespace
+        for pid in pids:  # only processes this fleet started: nothing else lives in the namespace
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        left = wait_gone(pids, STOP_GRACE_S)   # gone before the link goes down: their sockets' FINs get out
+        left = wait_gone(pids, STOP_GRACE_S)  # gone before the link goes down: their sockets' FINs get out
         self.procs[host].popen.wait(STOP_GRACE_S)
         self.network.link_down(host)
-        self.killed = {"host": host, "at": datetime.now(timezone.utc), "held_locks": held, "pids": pids,
-                       "still_running": left, "partition": False}
+        self.killed = {
+            "host": host,
+            "at": datetime.now(timezone.utc),
+            "held_locks": held,
+            "pids": pids,
+            "still_running": left,
+            "partition": False,
+        }
 
     def _wait_holding(self, host: str) -> list[tuple[int, int]]:
         """Once the host has applied work (so the drill shows both hosts served before it) and holds a lock now."""
@@ -242,8 +310,15 @@ class Fleet:
             held = self.held_locks(host)
             if not held:
                 self.network.link_up(host)
-        self.killed = {"host": host, "at": datetime.now(timezone.utc), "held_locks": held,
-                       "pids": self.network.pids(host), "still_running": [], "partition": True, "attempts": attempts}
+        self.killed = {
+            "host": host,
+            "at": datetime.now(timezone.utc),
+            "held_locks": held,
+            "pids": self.network.pids(host),
+            "still_running": [],
+            "partition": True,
+            "attempts": attempts,
+        }
 
     def revive_host(self, host: str) -> None:
         """A killed or cut-off host back: whatever is left of it killed, its link up, its worker started again."""
@@ -260,8 +335,10 @@ class Fleet:
     # --- stop -----------------------------------------------------------------------------------------
 
     def logs(self, tail: int = 3000) -> str:
-        return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-tail:]
-                         for p in sorted((self.work_dir / "logs").glob("*.log")))
+        return "\n".join(
+            f"--- {p.name}\n" + p.read_text(errors="replace")[-tail:]
+            for p in sorted((self.work_dir / "logs").glob("*.log"))
+        )
 
     def stop(self) -> None:
         """Every process this fleet started, the namespaces and bridge, PostgreSQL, Redis and the data dir."""
@@ -276,7 +353,7 @@ class Fleet:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.popen.pid, signal.SIGKILL)
                 proc.popen.wait(STOP_GRACE_S)
-        for host in list(self.network.hosts):   # stragglers (a worker's pool) never outlive their namespace
+        for host in list(self.network.hosts):  # stragglers (a worker's pool) never outlive their namespace
             for pid in self.network.pids(host):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)

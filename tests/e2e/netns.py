@@ -55,9 +55,9 @@ class Network:
 
     run_id: str = field(default_factory=lambda: f"{random.randrange(16**4):04x}")
     subnet: str = ""
-    hosts: dict[str, str] = field(default_factory=dict)   # host name -> namespace
-    addresses: dict[str, str] = field(default_factory=dict)   # host name -> its address in the subnet
-    links: dict[str, str] = field(default_factory=dict)   # host name -> the link inside its namespace
+    hosts: dict[str, str] = field(default_factory=dict)  # host name -> namespace
+    addresses: dict[str, str] = field(default_factory=dict)  # host name -> its address in the subnet
+    links: dict[str, str] = field(default_factory=dict)  # host name -> the link inside its namespace
 
     @property
     def bridge(self) -> str:

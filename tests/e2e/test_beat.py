@@ -47,8 +47,12 @@ class Procs:
     def start(self, name: str, *args: str) -> Path:
         log = self.tmp / f"{name}.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "memory_workers.app", *args], cwd=self.tmp, env=self.env,
-            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, "-m", "celery", "-A", "memory_workers.app", *args],
+            cwd=self.tmp,
+            env=self.env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.running.append(proc)
         return log
@@ -68,7 +72,9 @@ class Procs:
 @pytest.fixture()
 def procs(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Procs]:
     env = {
-        **os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url,
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
         "PYTHONPATH": str(ROOT),
         "MEMORY_BUTLER_SCHEDULE__REDELIVERY_SWEEP_SECONDS": "1",
         "MEMORY_BUTLER_SCHEDULE__BACKLOG_TRIGGER_SECONDS": "1",
@@ -84,9 +90,16 @@ def procs(tmp_path: Path, database_url: str, redis_url: str) -> Iterator[Procs]:
 
 def _runs(engine, since: float) -> list[tuple[str, str, bool]]:
     with engine.connect() as c:
-        return [(r.task, r.tick, r.finished_at is not None) for r in c.execute(text(
-            "SELECT task, tick, finished_at FROM maintenance_runs WHERE task = ANY(:tasks) "
-            "AND started_at >= to_timestamp(:since) ORDER BY id"), {"tasks": list(INTERVAL_TASKS), "since": since})]
+        return [
+            (r.task, r.tick, r.finished_at is not None)
+            for r in c.execute(
+                text(
+                    "SELECT task, tick, finished_at FROM maintenance_runs WHERE task = ANY(:tasks) "
+                    "AND started_at >= to_timestamp(:since) ORDER BY id"
+                ),
+                {"tasks": list(INTERVAL_TASKS), "since": since},
+            )
+        ]
 
 
 def _skips(log: Path) -> int:
@@ -109,13 +122,31 @@ def _assert_one_run_per_tick(runs: list[tuple[str, str, bool]], *, at_least: int
 
 def _run_beats(procs: Procs, engine, *beats: tuple[str, ...], ticks: int = 6) -> tuple[list, Path]:
     since = time.time()
-    worker = procs.start("worker", "worker", "-Q", "maintenance", "--pool", "solo", "-l", "INFO",
-                         "-n", "maint@%h", "--without-gossip", "--without-mingle", "--without-heartbeat")
+    worker = procs.start(
+        "worker",
+        "worker",
+        "-Q",
+        "maintenance",
+        "--pool",
+        "solo",
+        "-l",
+        "INFO",
+        "-n",
+        "maint@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    )
     for i, args in enumerate(beats):
         procs.start(f"beat{i}", "beat", "-l", "INFO", *args)
     # then, within the deadline, each interval task has run for `ticks` distinct ticks
-    _poll(lambda: all(sum(1 for t, _, done in _runs(engine, since) if t == task and done) >= ticks
-                      for task in INTERVAL_TASKS), deadline_s=45, what=f"{ticks} finished ticks per task")
+    _poll(
+        lambda: all(
+            sum(1 for t, _, done in _runs(engine, since) if t == task and done) >= ticks for task in INTERVAL_TASKS
+        ),
+        deadline_s=45,
+        what=f"{ticks} finished ticks per task",
+    )
     return _runs(engine, since), worker
 
 
@@ -132,8 +163,11 @@ def test_two_redbeat_beats_send_each_tick_once(procs, engine, redis_url, tmp_pat
 def test_a_beat_ignoring_the_lock_only_causes_skips(procs, engine, tmp_path):
     # given a redbeat beat and a second beat with the default scheduler, which ignores redbeat's lock
     runs, worker_log = _run_beats(
-        procs, engine, ("--pidfile=",),
-        ("--pidfile=", "-S", "celery.beat:PersistentScheduler", "--schedule", str(tmp_path / "beat-schedule")))
+        procs,
+        engine,
+        ("--pidfile=",),
+        ("--pidfile=", "-S", "celery.beat:PersistentScheduler", "--schedule", str(tmp_path / "beat-schedule")),
+    )
     # then both sent ticks, yet each tick ran once: the duplicates were skipped by the tick claim (the two beats'
     # phases decide which sends land in the same one-second tick, so wait for the first duplicate)
     _assert_one_run_per_tick(runs, at_least=6)

@@ -44,8 +44,17 @@ BUTLERS = butler_names(4)
 DEAD_CLIENT_S = 6
 # ~6 s of writes at 40/s from 8 clients; the host dies once 30% were accepted, so most of the burst (and the
 # in-flight batch it held) lands on the survivor.
-KILL: dict[str, Any] = {"episodes": 240, "clients": 8, "butlers": len(BUTLERS), "rate": 40.0, "chaos": "kill-host",
-                        "chaos_at": 0.3, "outage_s": 0.5, "drain_timeout_s": 120.0, "quiet": True}
+KILL: dict[str, Any] = {
+    "episodes": 240,
+    "clients": 8,
+    "butlers": len(BUTLERS),
+    "rate": 40.0,
+    "chaos": "kill-host",
+    "chaos_at": 0.3,
+    "outage_s": 0.5,
+    "drain_timeout_s": 120.0,
+    "quiet": True,
+}
 # ~13 s of writes, cut off after 20%: writes go on well past DEAD_CLIENT_S, so the key whose lock the cut-off host
 # held gets writes (and with them consolidation wake-ups) after PostgreSQL freed it. (A key with no later write
 # waits for the redelivery sweep's stuck-episode pass instead: docs/hosts.md.)
@@ -84,8 +93,9 @@ def make_tokens(fleet: Fleet, tenant_ids: list[str]) -> dict[str, str]:
     with unit_of_work(fleet.engine) as conn:
         for tenant_id in tenant_ids:
             ensure_tenant(conn, tenant_id=tenant_id)
-            _, tokens[tenant_id] = create_token(conn, tenant_id=tenant_id, name="hosts", butlers=list(BUTLERS),
-                                                role="butler")
+            _, tokens[tenant_id] = create_token(
+                conn, tenant_id=tenant_id, name="hosts", butlers=list(BUTLERS), role="butler"
+            )
     return tokens
 
 
@@ -141,8 +151,8 @@ def test_a_worker_host_killed_mid_burst_hands_its_keys_to_the_other_host(fleet: 
 def test_a_worker_host_cut_off_mid_burst_hands_its_keys_over_once_postgres_drops_it(fleet: Fleet, tmp_path: Path):
     # given host-a back (after the kill above) and sessions that end DEAD_CLIENT_S after their client vanished
     fleet.revive_host("host-a")
-    with fleet.engine.connect() as conn:   # a TCP session made the way the fleet's parts make theirs
-        assert conn.execute(text("SHOW tcp_user_timeout")).scalar_one() == str(DEAD_CLIENT_S * 1000)   # ms
+    with fleet.engine.connect() as conn:  # a TCP session made the way the fleet's parts make theirs
+        assert conn.execute(text("SHOW tcp_user_timeout")).scalar_one() == str(DEAD_CLIENT_S * 1000)  # ms
 
     # when host-a's link goes down mid-burst while it holds a key's lock, its processes still running
     figures, tenant_ids = run_drill(fleet, tmp_path, PARTITION)
@@ -150,7 +160,7 @@ def test_a_worker_host_cut_off_mid_burst_hands_its_keys_over_once_postgres_drops
     # then PostgreSQL dropped host-a's sessions (their locks with them) and host-b finished everything in order
     try:
         assert fleet.killed["partition"] and fleet.killed["pids"]
-        assert any(psutil.pid_exists(pid) for pid in fleet.killed["pids"])   # cut off, not dead
+        assert any(psutil.pid_exists(pid) for pid in fleet.killed["pids"])  # cut off, not dead
         assert_verified(figures, PARTITION)
         assert_host_a_was_taken_out_mid_work(fleet, figures, tenant_ids, "partition-host")
         assert_every_queue_served_and_order_kept(fleet, tenant_ids, PARTITION)
@@ -168,8 +178,9 @@ def assert_verified(figures: dict[str, Any], drill: dict[str, Any]) -> None:
     assert figures["isolation"]["leaks"] == 0 and all(figures["isolation"]["own_marker_hits"].values())
 
 
-def assert_host_a_was_taken_out_mid_work(fleet: Fleet, figures: dict[str, Any], tenant_ids: list[str],
-                                         drill: str) -> None:
+def assert_host_a_was_taken_out_mid_work(
+    fleet: Fleet, figures: dict[str, Any], tenant_ids: list[str], drill: str
+) -> None:
     events = [e["event"] for e in figures["events"]]
     assert events[:2] == [f"{drill}_break", f"{drill}_down"]
     killed = fleet.killed
@@ -182,11 +193,16 @@ def assert_host_a_was_taken_out_mid_work(fleet: Fleet, figures: dict[str, Any], 
     poll(lambda: fleet.backends("host-a") == 0, deadline_s=DEAD_CLIENT_S + 20, what="host-a's sessions to end")
     # the work host-a held went to host-b: each such key got applies or consolidations from host-b after the kill
     for tenant_id, butler in in_flight:
-        after = rows(fleet, """
+        after = rows(
+            fleet,
+            """
             SELECT actor AS worker FROM memory_events WHERE tenant_id = :t AND event_type = 'episode.stored'
               AND payload->>'butler' = :b AND occurred_at > :at
             UNION SELECT worker FROM consolidation_runs WHERE tenant_id = :t AND butler = :b AND started_at > :at""",
-                     t=tenant_id, b=butler, at=killed["at"])
+            t=tenant_id,
+            b=butler,
+            at=killed["at"],
+        )
         assert {host_of(r.worker) for r in after} == {"host-b"}, (tenant_id, butler, after)
     print(f"{drill}: host-a (pids {killed['pids']}) held the locks of {sorted(in_flight)}; host-b took them over")
     # and the survivor is the only host still answering, on every queue
@@ -194,10 +210,14 @@ def assert_host_a_was_taken_out_mid_work(fleet: Fleet, figures: dict[str, Any], 
 
 
 def assert_every_queue_served_and_order_kept(fleet: Fleet, tenant_ids: list[str], drill: dict[str, Any]) -> None:
-    stored = rows(fleet, """
+    stored = rows(
+        fleet,
+        """
         SELECT tenant_id, payload->>'butler' AS butler, (payload->>'seq')::bigint AS seq, actor, occurred_at
-        FROM memory_events WHERE tenant_id = ANY(:ts) AND event_type = 'episode.stored' ORDER BY id""", ts=tenant_ids)
-    assert len(stored) == drill["episodes"]   # stored exactly once each
+        FROM memory_events WHERE tenant_id = ANY(:ts) AND event_type = 'episode.stored' ORDER BY id""",
+        ts=tenant_ids,
+    )
+    assert len(stored) == drill["episodes"]  # stored exactly once each
     by_key: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for row in stored:
         by_key[(row.tenant_id, row.butler)].append(row)
@@ -215,15 +235,33 @@ def assert_every_queue_served_and_order_kept(fleet: Fleet, tenant_ids: list[str]
     assert handed_over, "no key was applied by both hosts: the handover was not exercised"
     print(f"{len(handed_over)} of {len(by_key)} keys were applied by both hosts, in seq order")
     # consolidation: each key's runs cover disjoint, increasing seq ranges, never overlap in time, every episode once
-    assert rows(fleet, """
+    assert (
+        rows(
+            fleet,
+            """
         SELECT count(*) AS n FROM (
             SELECT first_seq, lag(last_seq) OVER (PARTITION BY tenant_id, butler ORDER BY started_at) AS previous
             FROM consolidation_runs WHERE tenant_id = ANY(:ts)) x
-        WHERE first_seq <= previous""", ts=tenant_ids)[0].n == 0
-    assert rows(fleet, """
+        WHERE first_seq <= previous""",
+            ts=tenant_ids,
+        )[0].n
+        == 0
+    )
+    assert (
+        rows(
+            fleet,
+            """
         SELECT count(*) AS n FROM consolidation_runs a JOIN consolidation_runs b
           ON a.tenant_id = b.tenant_id AND a.butler = b.butler AND a.id < b.id
         WHERE tstzrange(a.started_at, a.finished_at, '[]') && tstzrange(b.started_at, b.finished_at, '[]')
-          AND a.tenant_id = ANY(:ts)""", ts=tenant_ids)[0].n == 0
-    assert rows(fleet, "SELECT sum(episode_count) AS n FROM consolidation_runs WHERE tenant_id = ANY(:ts)",
-                ts=tenant_ids)[0].n == drill["episodes"]
+          AND a.tenant_id = ANY(:ts)""",
+            ts=tenant_ids,
+        )[0].n
+        == 0
+    )
+    assert (
+        rows(fleet, "SELECT sum(episode_count) AS n FROM consolidation_runs WHERE tenant_id = ANY(:ts)", ts=tenant_ids)[
+            0
+        ].n
+        == drill["episodes"]
+    )

@@ -28,8 +28,16 @@ pytestmark = pytest.mark.slow
 
 # Small drills: ~300 episodes at 60/s (a 5 s burst), so the fault lands mid-burst and the writes after it
 # must find their way through the restored part.
-SMALL: dict[str, Any] = {"episodes": 300, "clients": 10, "tenants": 2, "butlers": 2, "rate": 60.0, "outage_s": 2.0,
-                         "drain_timeout_s": 150.0, "quiet": True}
+SMALL: dict[str, Any] = {
+    "episodes": 300,
+    "clients": 10,
+    "tenants": 2,
+    "butlers": 2,
+    "rate": 60.0,
+    "outage_s": 2.0,
+    "drain_timeout_s": 150.0,
+    "quiet": True,
+}
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +65,37 @@ def assert_verified(figures: dict[str, Any]) -> None:
 
 def test_the_command_bursts_replays_reads_and_verifies(stack: LocalStack, tmp_path: Path):
     # given the command pointed at the stack by URL and database URL, replaying every batch of 4
-    cmd = [sys.executable, "-m", "memory_api", "loadtest", "burst", "--url", stack.url,
-           "--database-url", stack.database_url, "--episodes", "200", "--clients", "10", "--tenants", "2",
-           "--butlers", "2", "--batch", "4", "--replay", "--readers", "2", "--read-rate", "10",
-           "--read-tool", "search", "--out", str(tmp_path), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "memory_api",
+        "loadtest",
+        "burst",
+        "--url",
+        stack.url,
+        "--database-url",
+        stack.database_url,
+        "--episodes",
+        "200",
+        "--clients",
+        "10",
+        "--tenants",
+        "2",
+        "--butlers",
+        "2",
+        "--batch",
+        "4",
+        "--replay",
+        "--readers",
+        "2",
+        "--read-rate",
+        "10",
+        "--read-tool",
+        "search",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    ]
 
     # when it runs
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

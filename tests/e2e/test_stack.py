@@ -54,11 +54,13 @@ def _env() -> dict[str, str]:
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "memory_api", *args], env=_env(), cwd=cwd,
-        capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+        [sys.executable, "-m", "memory_api", *args],
+        env=_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
     )
-
-
 
 
 def _gone(pid: int) -> bool:
@@ -76,8 +78,18 @@ def test_up_runs_the_stack_and_down_leaves_nothing_behind(tmp_path):
     # given `up` on a fresh data dir, the test Redis, and free ports for the front and Flower
     data_dir = tmp_path / "butler"
     log_path = tmp_path / "up.log"
-    cmd = [sys.executable, "-m", "memory_api", "up", "--data-dir", str(data_dir),
-           "--port", str(_free_port()), "--flower-port", str(_free_port())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "memory_api",
+        "up",
+        "--data-dir",
+        str(data_dir),
+        "--port",
+        str(_free_port()),
+        "--flower-port",
+        str(_free_port()),
+    ]
     # (and a free port for the worker's metrics: the default 9151 may be taken on a shared machine)
     worker_metrics = _free_port()
     env = {**_env(), "MEMORY_BUTLER_WORKERS__METRICS_PORT": str(worker_metrics)}

@@ -42,17 +42,42 @@ def node(database_url: str, redis_url: str, tmp_path: Path) -> Iterator[tuple[st
     metrics_dir.mkdir()
     (metrics_dir / "counter_999999.db").write_bytes(b"stale")  # a previous run's file: the node must clear it
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_BUTLER_") and k != "DATABASE_URL"}
-    env.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url,
-                "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(SHARDS),
-                "MEMORY_BUTLER_WORKERS__METRICS_PORT": str(port),
-                "MEMORY_BUTLER_WORKERS__METRICS_DIR": str(metrics_dir)})
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(SHARDS),
+            "MEMORY_BUTLER_WORKERS__METRICS_PORT": str(port),
+            "MEMORY_BUTLER_WORKERS__METRICS_DIR": str(metrics_dir),
+        }
+    )
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "memory_workers.app:app", "worker", "--concurrency", "2",
-         "-Q", ",".join(shard_queues(SHARDS)), "--hostname", f"metrics-{uuid.uuid4().hex[:6]}@%h",
-         "--without-mingle", "--without-gossip", "--loglevel", "INFO"],
-        env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "memory_workers.app:app",
+            "worker",
+            "--concurrency",
+            "2",
+            "-Q",
+            ",".join(shard_queues(SHARDS)),
+            "--hostname",
+            f"metrics-{uuid.uuid4().hex[:6]}@%h",
+            "--without-mingle",
+            "--without-gossip",
+            "--loglevel",
+            "INFO",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         yield f"http://127.0.0.1:{port}/metrics", metrics_dir
     finally:
@@ -70,8 +95,11 @@ def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] |
         body = httpx.get(url, timeout=5).text
     except httpx.HTTPError:
         return None
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(body) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
 
 
 def test_a_worker_node_serves_the_summed_metrics_of_its_pool_processes(node, database_url: str, redis_url: str):
@@ -87,8 +115,15 @@ def test_a_worker_node_serves_the_summed_metrics_of_its_pool_processes(node, dat
     with unit_of_work(engine) as conn:
         conn.execute(text("INSERT INTO tenants (id) VALUES (:t)"), {"t": tenant})
         for butler in butlers:
-            writes = [intake.WriteRequest("episode", butler, EpisodeWrite(content=f"I live in City{n}.", butler=butler)
-                                          .model_dump(mode="json"), None) for n in range(3)]
+            writes = [
+                intake.WriteRequest(
+                    "episode",
+                    butler,
+                    EpisodeWrite(content=f"I live in City{n}.", butler=butler).model_dump(mode="json"),
+                    None,
+                )
+                for n in range(3)
+            ]
             intake.accept(conn, tenant_id=tenant, writes=writes, actor="test", request_id=None)
     for butler in butlers:
         wake_apply(tenant, butler, settings=settings)
@@ -97,13 +132,17 @@ def test_a_worker_node_serves_the_summed_metrics_of_its_pool_processes(node, dat
     def done() -> dict | None:
         samples = _samples(url) or {}
         applied = samples.get(("memory_butler_accept_to_applied_seconds_count", (("kind", "episode"),)), 0)
-        batches = sum(v for (name, _), v in samples.items() if name == "memory_butler_consolidation_batch_seconds_count")
+        batches = sum(
+            v for (name, _), v in samples.items() if name == "memory_butler_consolidation_batch_seconds_count"
+        )
         return samples if applied >= 12 and batches >= len(butlers) else None
 
     samples = poll(done, deadline_s=180, what="12 applies and a consolidation batch per key in the node's metrics")
     assert samples[("memory_butler_accept_to_applied_seconds_bucket", (("kind", "episode"), ("le", "+Inf")))] == 12
-    assert any(name == "memory_butler_extractor_seconds_count" and dict(labels)["extractor"] == "heuristic"
-               for name, labels in samples)
+    assert any(
+        name == "memory_butler_extractor_seconds_count" and dict(labels)["extractor"] == "heuristic"
+        for name, labels in samples
+    )
     assert samples.get(("memory_butler_embedding_seconds_count", (("kind", "batch"),)), 0) >= 1
     # the samples come from both pool processes' files (each loaded its model: a warm-up embedding each), summed
     # on the one endpoint, with no tenant label anywhere

@@ -35,15 +35,43 @@ SHARDS = 4
 def traced_worker(database_url: str, redis_url: str, tmp_path: Path) -> Iterator[Path]:
     """One prefork worker (concurrency 1) with the console exporter; yields its output file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_BUTLER_") and k != "DATABASE_URL"}
-    env.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(SHARDS),
-                "MEMORY_BUTLER_TRACING__EXPORTER": "console"})
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(SHARDS),
+            "MEMORY_BUTLER_TRACING__EXPORTER": "console",
+        }
+    )
     out = tmp_path / "worker.log"
     with open(out, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "memory_workers.app:app", "worker", "--pool", "prefork",
-             "--concurrency", "1", "-Q", ",".join(shard_queues(SHARDS)), "--hostname",
-             f"traced-{uuid.uuid4().hex[:6]}@%h", "--without-mingle", "--without-gossip", "--loglevel", "INFO"],
-            env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "memory_workers.app:app",
+                "worker",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                "1",
+                "-Q",
+                ",".join(shard_queues(SHARDS)),
+                "--hostname",
+                f"traced-{uuid.uuid4().hex[:6]}@%h",
+                "--without-mingle",
+                "--without-gossip",
+                "--loglevel",
+                "INFO",
+            ],
+            env=env,
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield out
     finally:
@@ -76,8 +104,7 @@ def worker_spans(out: Path) -> list[dict[str, Any]]:
     return found
 
 
-def test_a_prefork_worker_continues_the_accepting_calls_trace(spans, traced_worker, engine, database_url,
-                                                             redis_url):
+def test_a_prefork_worker_continues_the_accepting_calls_trace(spans, traced_worker, engine, database_url, redis_url):
     # given a write accepted inside a traced call, whose wake-up is published from that call
     settings = load_settings(database_url=database_url, redis_url=redis_url, workers={"shard_count": SHARDS})
     tenant = f"trace-{uuid.uuid4().hex[:8]}"
@@ -87,9 +114,14 @@ def test_a_prefork_worker_continues_the_accepting_calls_trace(spans, traced_work
     with tracing.span("accepting call", request_id="req-prefork"):
         write = EpisodeWrite(content="I live in Lisbon.", butler="general").model_dump(mode="json")
         with unit_of_work(engine) as conn:
-            (accepted,) = intake.accept(conn, tenant_id=tenant, writes=[intake.WriteRequest("episode", "general",
-                                        write, None)], actor="e2e", request_id="req-prefork",
-                                        trace_context=tracing.current_carrier())
+            (accepted,) = intake.accept(
+                conn,
+                tenant_id=tenant,
+                writes=[intake.WriteRequest("episode", "general", write, None)],
+                actor="e2e",
+                request_id="req-prefork",
+                trace_context=tracing.current_carrier(),
+            )
         publisher.wake_apply(tenant, "general")
     assert publisher.flush(10)
     publisher.close()
@@ -118,5 +150,7 @@ def test_a_prefork_worker_continues_the_accepting_calls_trace(spans, traced_work
     assert applied["attributes"]["memory_butler.intent_id"] == str(accepted.id)
     assert applied["attributes"]["memory_butler.request_id"] == "req-prefork"
     # and the worker's statements are traced too (psycopg, instrumented in the pool process)
-    assert any(s["attributes"].get("db.system") == "postgresql" or s["attributes"].get("db.system.name")
-               == "postgresql" for s in mine)
+    assert any(
+        s["attributes"].get("db.system") == "postgresql" or s["attributes"].get("db.system.name") == "postgresql"
+        for s in mine
+    )

@@ -36,11 +36,13 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARDS = 4
 BUTLERS = ("general", "health", "travel")
 SENTENCES = (
-    "My name is Person{n}.", "I live in City{n}.", "Always confirm booking {n} before paying.",
-    "We talked about project {n} for a while.", "I am allergic to pollen{n}.", "The weather was fine on day {n}.",
+    "My name is Person{n}.",
+    "I live in City{n}.",
+    "Always confirm booking {n} before paying.",
+    "We talked about project {n} for a while.",
+    "I am allergic to pollen{n}.",
+    "The weather was fine on day {n}.",
 )
-
-
 
 
 def scalar(engine: Any, sql: str, **params: Any) -> Any:
@@ -53,19 +55,46 @@ class Workers:
 
     def __init__(self, database_url: str, redis_url: str, log_dir: Path, extra_env: dict[str, str]) -> None:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_BUTLER_") and k != "DATABASE_URL"}
-        self.env.update({"DATABASE_URL": database_url, "REDIS_URL": redis_url,
-                         "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(SHARDS), **extra_env})
+        self.env.update(
+            {
+                "DATABASE_URL": database_url,
+                "REDIS_URL": redis_url,
+                "MEMORY_BUTLER_WORKERS__SHARD_COUNT": str(SHARDS),
+                **extra_env,
+            }
+        )
         self.log_dir, self.procs = log_dir, []
 
     def start(self, count: int) -> None:
         for n in range(count):
             log = open(self.log_dir / f"worker{n}.log", "wb")  # noqa: SIM115 - closed with the process
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "memory_workers.app:app", "worker", "--concurrency", "1",
-                 "-Q", ",".join(shard_queues(SHARDS)), "--hostname", f"e2e{n}-{uuid.uuid4().hex[:6]}@%h",
-                 "--without-mingle", "--without-gossip", "--loglevel", "INFO"],
-                env=self.env, cwd=self.log_dir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            ))
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "memory_workers.app:app",
+                        "worker",
+                        "--concurrency",
+                        "1",
+                        "-Q",
+                        ",".join(shard_queues(SHARDS)),
+                        "--hostname",
+                        f"e2e{n}-{uuid.uuid4().hex[:6]}@%h",
+                        "--without-mingle",
+                        "--without-gossip",
+                        "--loglevel",
+                        "INFO",
+                    ],
+                    env=self.env,
+                    cwd=self.log_dir,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
 
     def descendants(self) -> set[int]:
         pids = set()
@@ -119,14 +148,17 @@ def new_tenants(engine: Any, count: int) -> list[str]:
 
 
 def accept(engine: Any, tenant_id: str, butler: str, contents: Sequence[str]) -> None:
-    requests = [intake.WriteRequest("episode", butler, EpisodeWrite(content=c, butler=butler).model_dump(mode="json"),
-                                    None) for c in contents]
+    requests = [
+        intake.WriteRequest("episode", butler, EpisodeWrite(content=c, butler=butler).model_dump(mode="json"), None)
+        for c in contents
+    ]
     with unit_of_work(engine) as conn:
         intake.accept(conn, tenant_id=tenant_id, writes=requests, actor="e2e", request_id=None)
 
 
 def test_2000_episodes_on_4_workers_are_applied_and_consolidated_once_in_order(
-        engine, database_url, redis_url, workers):
+    engine, database_url, redis_url, workers
+):
     pool = workers(4)
     settings = settings_for(database_url, redis_url)
     tenants = new_tenants(engine, 10)
@@ -134,60 +166,109 @@ def test_2000_episodes_on_4_workers_are_applied_and_consolidated_once_in_order(
     publisher = Publisher(settings)
     for burst in range(100):  # 100 requests of 20 episodes, round-robin over the 30 keys
         tenant_id, butler = keys[burst % len(keys)]
-        accept(engine, tenant_id, butler, [SENTENCES[(burst + n) % len(SENTENCES)].format(n=f"{burst}x{n}")
-                                           for n in range(20)])
+        accept(
+            engine,
+            tenant_id,
+            butler,
+            [SENTENCES[(burst + n) % len(SENTENCES)].format(n=f"{burst}x{n}") for n in range(20)],
+        )
         publisher.wake_apply(tenant_id, butler)  # after commit, never waiting on Redis
     assert publisher.flush(10)
     publisher.close()
 
     mine = {"ts": tenants}
     try:
-        poll(lambda: scalar(engine, "SELECT count(*) FROM episodes WHERE tenant_id = ANY(:ts) "
-                                    "AND consolidation_status = 'consolidated'", **mine) == 2000,
-             deadline_s=150, what="2,000 episodes applied and consolidated")
+        poll(
+            lambda: scalar(
+                engine,
+                "SELECT count(*) FROM episodes WHERE tenant_id = ANY(:ts) AND consolidation_status = 'consolidated'",
+                **mine,
+            )
+            == 2000,
+            deadline_s=150,
+            what="2,000 episodes applied and consolidated",
+        )
     except BaseException:
         print(pool.logs())
         raise
 
-    assert scalar(engine, "SELECT count(*) FROM write_intents WHERE tenant_id = ANY(:ts) AND status = 'applied'",
-                  **mine) == 2000
+    assert (
+        scalar(engine, "SELECT count(*) FROM write_intents WHERE tenant_id = ANY(:ts) AND status = 'applied'", **mine)
+        == 2000
+    )
     # exactly once: one stored and one consolidated event per episode
     for event in ("episode.stored", "episode.consolidated"):
-        assert scalar(engine, "SELECT count(*) FROM (SELECT entity_id FROM memory_events WHERE tenant_id = ANY(:ts) "
-                              "AND event_type = :e GROUP BY entity_id HAVING count(*) = 1) x", e=event, **mine) == 2000
+        assert (
+            scalar(
+                engine,
+                "SELECT count(*) FROM (SELECT entity_id FROM memory_events WHERE tenant_id = ANY(:ts) "
+                "AND event_type = :e GROUP BY entity_id HAVING count(*) = 1) x",
+                e=event,
+                **mine,
+            )
+            == 2000
+        )
     # applied in seq order within each key
-    assert scalar(engine, """
+    assert (
+        scalar(
+            engine,
+            """
         SELECT count(*) FROM (
             SELECT (payload->>'seq')::bigint AS seq, lag((payload->>'seq')::bigint)
                    OVER (PARTITION BY tenant_id, payload->>'butler' ORDER BY id) AS previous
             FROM memory_events WHERE tenant_id = ANY(:ts) AND event_type = 'episode.stored') x
-        WHERE seq < previous""", **mine) == 0
+        WHERE seq < previous""",
+            **mine,
+        )
+        == 0
+    )
     # consolidated in seq order: each key's runs cover disjoint, increasing seq ranges and every episode once
-    assert scalar(engine, """
+    assert (
+        scalar(
+            engine,
+            """
         SELECT count(*) FROM (
             SELECT first_seq, lag(last_seq) OVER (PARTITION BY tenant_id, butler ORDER BY started_at) AS previous
             FROM consolidation_runs WHERE tenant_id = ANY(:ts)) x
-        WHERE first_seq <= previous""", **mine) == 0
-    assert scalar(engine, "SELECT sum(episode_count) FROM consolidation_runs WHERE tenant_id = ANY(:ts)", **mine) == 2000
+        WHERE first_seq <= previous""",
+            **mine,
+        )
+        == 0
+    )
+    assert (
+        scalar(engine, "SELECT sum(episode_count) FROM consolidation_runs WHERE tenant_id = ANY(:ts)", **mine) == 2000
+    )
     # no two runs of one key overlap in time
-    assert scalar(engine, """
+    assert (
+        scalar(
+            engine,
+            """
         SELECT count(*) FROM consolidation_runs a JOIN consolidation_runs b
           ON a.tenant_id = b.tenant_id AND a.butler = b.butler AND a.id < b.id
         WHERE tstzrange(a.started_at, a.finished_at, '[]') && tstzrange(b.started_at, b.finished_at, '[]')
-          AND a.tenant_id = ANY(:ts)""", **mine) == 0
-    assert scalar(engine, "SELECT count(DISTINCT worker) FROM consolidation_runs WHERE tenant_id = ANY(:ts)",
-                  **mine) > 1
+          AND a.tenant_id = ANY(:ts)""",
+            **mine,
+        )
+        == 0
+    )
+    assert (
+        scalar(engine, "SELECT count(DISTINCT worker) FROM consolidation_runs WHERE tenant_id = ANY(:ts)", **mine) > 1
+    )
 
 
 def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_nothing(
-        engine, database_url, redis_url, workers, tmp_path):
+    engine, database_url, redis_url, workers, tmp_path
+):
     state = tmp_path / "extractor"
     state.mkdir()
     (state / "armed").touch()
     command = [sys.executable, str(ROOT / "tests" / "fixtures" / "crash_extractor_cmd.py"), str(state)]
-    pool = workers(2, MEMORY_BUTLER_CONSOLIDATION__EXTRACTOR="command",
-                   MEMORY_BUTLER_CONSOLIDATION__COMMAND=json.dumps(command),
-                   MEMORY_BUTLER_CONSOLIDATION__BATCH_SIZE="10")
+    pool = workers(
+        2,
+        MEMORY_BUTLER_CONSOLIDATION__EXTRACTOR="command",
+        MEMORY_BUTLER_CONSOLIDATION__COMMAND=json.dumps(command),
+        MEMORY_BUTLER_CONSOLIDATION__BATCH_SIZE="10",
+    )
     [tenant_id] = new_tenants(engine, 1)
     accept(engine, tenant_id, "general", [f"Note {n}" + (" CRASH-ME" if n == 4 else "") for n in range(30)])
     publisher = Publisher(settings_for(database_url, redis_url))
@@ -204,15 +285,23 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_nothing(
     victim = json.loads(victim_file.read_text())
     assert victim["worker_pid"] in pool.descendants()  # a pool process of a worker this test started
     in_flight = [uuid.UUID(e) for e in victim["episodes"]]
-    assert scalar(engine, "SELECT count(*) FROM episodes WHERE id = ANY(:ids) AND consolidation_status = 'pending'",
-                  ids=in_flight) == len(in_flight)
+    assert scalar(
+        engine, "SELECT count(*) FROM episodes WHERE id = ANY(:ids) AND consolidation_status = 'pending'", ids=in_flight
+    ) == len(in_flight)
     os.kill(victim["pid"], signal.SIGKILL)  # the hanging extractor
     os.kill(victim["worker_pid"], signal.SIGKILL)  # the worker process in the middle of the batch
 
     try:
-        poll(lambda: scalar(engine, "SELECT count(*) FROM episodes WHERE tenant_id = :t "
-                                    "AND consolidation_status = 'consolidated'", t=tenant_id) == 30,
-             deadline_s=90, what="the redelivered batch and the rest to be consolidated")
+        poll(
+            lambda: scalar(
+                engine,
+                "SELECT count(*) FROM episodes WHERE tenant_id = :t AND consolidation_status = 'consolidated'",
+                t=tenant_id,
+            )
+            == 30,
+            deadline_s=90,
+            what="the redelivered batch and the rest to be consolidated",
+        )
     except BaseException:
         print(pool.logs())
         raise
@@ -226,4 +315,6 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_duplicates_nothing(
     assert count("SELECT count(DISTINCT content) FROM rules WHERE tenant_id = :t") == 30
     assert count("SELECT count(*) FROM memory_links WHERE tenant_id = :t") == 90  # derived_from x2, supports x1
     assert count("SELECT sum(episode_count) FROM consolidation_runs WHERE tenant_id = :t") == 30
-    assert count("SELECT count(*) FROM memory_events WHERE tenant_id = :t AND event_type = 'episode.consolidated'") == 30
+    assert (
+        count("SELECT count(*) FROM memory_events WHERE tenant_id = :t AND event_type = 'episode.consolidated'") == 30
+    )

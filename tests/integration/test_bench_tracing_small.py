@@ -10,8 +10,13 @@ from tests.conftest import ROOT
 
 
 def _run(*args: str) -> str:
-    proc = subprocess.run([sys.executable, "tests/bench/bench_tracing.py", "--calls", "5", "--facts", "3", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "tests/bench/bench_tracing.py", "--calls", "5", "--facts", "3", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
 

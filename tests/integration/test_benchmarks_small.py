@@ -24,30 +24,62 @@ SMALL_BENCH_REDIS_URL = os.environ.get("TEST_BENCH_REDIS_URL", "redis://127.0.0.
 def _figures(out: str, label: str, number: str = r"\d+\.\d+") -> list[float]:
     """The numbers on the printed line that starts with ``label`` (by default those with a decimal point)."""
     line = next(line for line in out.splitlines() if line.startswith(label))
-    return [float(x) for x in re.findall(number, line[len(label):])]
+    return [float(x) for x in re.findall(number, line[len(label) :])]
 
 
 def test_latency_and_gather_benchmarks_run_small(empty_database_url, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["bench_latency.py", "--facts", "600", "--rules", "120", "--tenants", "3",
-                                      "--queries", "8", "--phases", "--database-url", empty_database_url])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "bench_latency.py",
+            "--facts",
+            "600",
+            "--rules",
+            "120",
+            "--tenants",
+            "3",
+            "--queries",
+            "8",
+            "--phases",
+            "--database-url",
+            empty_database_url,
+        ],
+    )
     assert bench_latency.main() == 0
     out = capsys.readouterr().out
-    for label in ("embedding, 1 thread", "query embedding, read", "memory_search (total)", "memory_recall (total)",
-                  "memory_context (total)"):
+    for label in (
+        "embedding, 1 thread",
+        "query embedding, read",
+        "memory_search (total)",
+        "memory_recall (total)",
+        "memory_context (total)",
+    ):
         p50, p95 = _figures(out, label)[:2]
         assert 0 < p50 <= p95, (label, out)
     # a read takes longer than the embedding inside it
     assert _figures(out, "memory_context (total)")[0] > _figures(out, "query embedding, read")[0]
     # the phases of memory_context: each ends after it starts, the statement after the embedding, all within the call
-    phases = {label: _figures(out.split("memory_context phases")[1], label)
-              for label in ("query embedding", "recent episodes", "gather statement", "ranking and hits",
-                            "context block", "total")}
+    phases = {
+        label: _figures(out.split("memory_context phases")[1], label)
+        for label in (
+            "query embedding",
+            "recent episodes",
+            "gather statement",
+            "ranking and hits",
+            "context block",
+            "total",
+        )
+    }
     assert all(start <= end for start, end in phases.values()), phases
     assert phases["query embedding"][1] <= phases["gather statement"][0] + 0.1
     assert max(end for _, end in phases.values()) == phases["total"][1]
 
-    monkeypatch.setattr(sys, "argv", ["bench_gather.py", "--database-url", empty_database_url, "--tenants", "3",
-                                      "--queries", "2", "--repeat", "1"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["bench_gather.py", "--database-url", empty_database_url, "--tenants", "3", "--queries", "2", "--repeat", "1"],
+    )
     assert bench_gather.main() == 0
     out = capsys.readouterr().out
     for label in ("hybrid (both halves)", "semantic half", "keyword half"):
@@ -55,8 +87,9 @@ def test_latency_and_gather_benchmarks_run_small(empty_database_url, capsys, mon
 
 
 def _run(script: str, *args: str) -> str:
-    proc = subprocess.run([sys.executable, f"tests/bench/{script}", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, f"tests/bench/{script}", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
 
@@ -70,11 +103,27 @@ def _redis_left_empty() -> bool:
 
 
 def test_drain_benchmark_runs_small(empty_database_url):
-    out = _run("bench_drain.py", "--episodes", "120", "--workers", "1", "--tenants", "2", "--butlers", "2",
-               "--database-url", empty_database_url, "--redis-url", SMALL_BENCH_REDIS_URL)
+    out = _run(
+        "bench_drain.py",
+        "--episodes",
+        "120",
+        "--workers",
+        "1",
+        "--tenants",
+        "2",
+        "--butlers",
+        "2",
+        "--database-url",
+        empty_database_url,
+        "--redis-url",
+        SMALL_BENCH_REDIS_URL,
+    )
     raw = float(re.search(r"batches of 256\): (\d+) episodes/s", out)[1])
-    drain = re.search(r"drain: 120 episodes applied with embeddings in ([\d.]+)s by 1 worker\(s\) "
-                      r"= (\d+) episodes/s", out)
+    drain = re.search(
+        r"drain: 120 episodes applied with embeddings in ([\d.]+)s by 1 worker\(s\) "
+        r"= (\d+) episodes/s",
+        out,
+    )
     end_to_end = re.search(r"(\d+) episodes/s end to end; (\d+) facts, (\d+) rules", out)
     assert raw > 0 and drain and float(drain[2]) > 0 and end_to_end, out
     assert int(end_to_end[2]) > 0, out  # the heuristic extractor turned some episodes into facts
@@ -82,21 +131,42 @@ def test_drain_benchmark_runs_small(empty_database_url):
 
 
 def test_mcp_benchmark_runs_small(empty_database_url):
-    out = _run("bench_mcp.py", "--facts", "300", "--rules", "60", "--tenants", "2", "--clients", "2",
-               "--seconds", "1", "--accepts", "10", "--database-url", empty_database_url,
-               "--redis-url", SMALL_BENCH_REDIS_URL)
+    out = _run(
+        "bench_mcp.py",
+        "--facts",
+        "300",
+        "--rules",
+        "60",
+        "--tenants",
+        "2",
+        "--clients",
+        "2",
+        "--seconds",
+        "1",
+        "--accepts",
+        "10",
+        "--database-url",
+        empty_database_url,
+        "--redis-url",
+        SMALL_BENCH_REDIS_URL,
+    )
     p50, p95, p99 = _figures(out, "raw candidate SQL")
     assert 0 < p50 <= p95 <= p99, out
-    for label in ("memory_context via MCP", "memory_search via MCP", "memory_store_episode accept via MCP",
-                  "memory_ingest_batch(50) call via MCP"):
+    for label in (
+        "memory_context via MCP",
+        "memory_search via MCP",
+        "memory_store_episode accept via MCP",
+        "memory_ingest_batch(50) call via MCP",
+    ):
         p50, p95, p99, rate = _figures(out, label, number=r"\d+(?:\.\d+)?")  # the rate has no decimals
         assert 0 < p50 <= p95 <= p99 and rate > 0, (label, out)
     assert _redis_left_empty()
 
 
 def test_decay_benchmark_runs_small(empty_database_url):
-    out = _run("bench_decay.py", "--facts", "2000", "--batch", "500", "--episodes", "800",
-               "--database-url", empty_database_url)
+    out = _run(
+        "bench_decay.py", "--facts", "2000", "--batch", "500", "--episodes", "800", "--database-url", empty_database_url
+    )
     cleanup = re.search(r"cleanup batch=\s*500: (\d+) of 800 episodes deleted", out)
     sweeps = re.findall(r"batch=\s*500: 2,000 facts in [\d.]+ s = [\d,]+ rows/s, (\d+) batches, (\d+) changed", out)
     assert cleanup and int(cleanup[1]) > 0, out
@@ -108,8 +178,17 @@ def test_decay_benchmark_runs_small(empty_database_url):
 
 def test_conversation_benchmark_runs_small(empty_database_url):
     # two personas, their first three queries: the real front, two real workers, the replay and both baselines
-    out = _run("bench_conversations.py", "--personas", "4,10", "--limit", "3", "--database-url", empty_database_url,
-               "--redis-url", SMALL_BENCH_REDIS_URL)
+    out = _run(
+        "bench_conversations.py",
+        "--personas",
+        "4,10",
+        "--limit",
+        "3",
+        "--database-url",
+        empty_database_url,
+        "--redis-url",
+        SMALL_BENCH_REDIS_URL,
+    )
     assert "=== dev split" in out and "=== test split" in out
     for system in ("memory_search (hybrid)", "rank-bm25", "dense (MiniLM)"):
         rows = [line for line in out.splitlines() if line.startswith(system) and " all " in line]
@@ -131,8 +210,11 @@ def test_extraction_benchmark_runs_small():
     assert "reference (machine speed)" in out
     [row] = [line for line in out.splitlines() if line.startswith("heuristic")]
     cells = row.split()
-    assert cells[:3] == ["heuristic", "dev", str(sum(1 for c in CASES if c.split == "dev"
-                                                     and c.form in ("dialogue", "smalltalk", "rule")))]
+    assert cells[:3] == [
+        "heuristic",
+        "dev",
+        str(sum(1 for c in CASES if c.split == "dev" and c.form in ("dialogue", "smalltalk", "rule"))),
+    ]
     precision, recall = float(cells[3]), float(cells[4])
     assert 0.5 <= precision <= 1 and 0.3 <= recall <= 1  # sane, not a target (the full run is in BENCHMARKS.md)
     out = _run("bench_extraction.py", "--realmem", "--personas", "6", "--sessions", "20", "--sample", "3")

@@ -14,7 +14,8 @@ from pathlib import Path
 ANSWER = re.compile(
     r"token id  [0-9a-f-]{36}\ntenant    default\nrole      butler\nbutlers   health\nexpires   never \(until revoked\)\n"
     r"\nmb_\S+\n\n"
-    r"This is the only time the token is shown; store it now\. Send it as 'Authorization: Bearer <token>'\.\n\Z")
+    r"This is the only time the token is shown; store it now\. Send it as 'Authorization: Bearer <token>'\.\n\Z"
+)
 
 
 def _cli(*args: str, database_url: str | None, data_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -22,14 +23,29 @@ def _cli(*args: str, database_url: str | None, data_dir: Path) -> subprocess.Com
     env.update({"MEMORY_BUTLER_DATA_DIR": str(data_dir)})
     if database_url:
         env["DATABASE_URL"] = database_url
-    return subprocess.run([sys.executable, "-m", "memory_api", *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False, cwd=data_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "memory_api", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=data_dir,
+    )
 
 
 def test_tokens_create_prints_only_the_token_on_a_fresh_database(empty_database_url: str, tmp_path: Path):
     # when a new user's first command migrates a brand-new database and creates a token
-    done = _cli("tokens", "create", "--name", "health butler", "--butler", "health",
-                database_url=empty_database_url, data_dir=tmp_path)
+    done = _cli(
+        "tokens",
+        "create",
+        "--name",
+        "health butler",
+        "--butler",
+        "health",
+        database_url=empty_database_url,
+        data_dir=tmp_path,
+    )
     # then stdout is exactly the answer and the terminal shows nothing else
     assert done.returncode == 0, done.stderr
     assert ANSWER.match(done.stdout), done.stdout
@@ -54,8 +70,16 @@ def test_db_url_prints_only_the_url_of_the_embedded_server_it_started_and_stoppe
 
 def test_a_warning_still_reaches_the_terminal(empty_database_url: str, tmp_path: Path):
     # a refused argument is the user's business: one plain line on stderr, nothing on stdout
-    done = _cli("tokens", "create", "--name", "x", "--butler", "Not A Butler!", database_url=empty_database_url,
-                data_dir=tmp_path)
+    done = _cli(
+        "tokens",
+        "create",
+        "--name",
+        "x",
+        "--butler",
+        "Not A Butler!",
+        database_url=empty_database_url,
+        data_dir=tmp_path,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("memory-butler tokens: ") and len(done.stderr.splitlines()) == 1
     assert '"level"' not in done.stderr

@@ -38,8 +38,12 @@ def rt(settings: Settings, engine: Any) -> Runtime:
 
 @pytest.fixture(scope="module")
 def reader(settings: Settings, engine: Any) -> Reader:
-    return Reader(engine=engine, settings=settings, embed=get_query_embedder().embed_one,
-                  count_tokens=get_token_counter().count_many)
+    return Reader(
+        engine=engine,
+        settings=settings,
+        embed=get_query_embedder().embed_one,
+        count_tokens=get_token_counter().count_many,
+    )
 
 
 def new_tenant(engine: Any) -> str:
@@ -65,17 +69,30 @@ def store(engine: Any, rt: Runtime, tenant: str, writes: list[intake.WriteReques
 def state(engine: Any, tenant: str) -> dict[str, tuple]:
     """content -> (preceding, contextual vector as text or None, number of window vectors)."""
     with engine.connect() as conn:
-        rows = conn.execute(text(
-            "SELECT e.content, e.preceding, (SELECT v.embedding::text FROM episode_vectors v "
-            "WHERE v.episode_id = e.id AND v.n = 0), (SELECT count(*) FROM episode_vectors v "
-            "WHERE v.episode_id = e.id AND v.n > 0) FROM episodes e WHERE e.tenant_id = :t"), {"t": tenant}).all()
+        rows = conn.execute(
+            text(
+                "SELECT e.content, e.preceding, (SELECT v.embedding::text FROM episode_vectors v "
+                "WHERE v.episode_id = e.id AND v.n = 0), (SELECT count(*) FROM episode_vectors v "
+                "WHERE v.episode_id = e.id AND v.n > 0) FROM episodes e WHERE e.tenant_id = :t"
+            ),
+            {"t": tenant},
+        ).all()
     return {r[0]: tuple(r[1:]) for r in rows}
 
 
 def test_each_turn_carries_the_turn_before_it_and_a_vector_read_in_that_context(engine, rt):
     t, s = new_tenant(engine), uuid.uuid4()
-    store(engine, rt, t, [turn("User: Do you still play badminton?", s, 0), turn("Assistant: Yes, twice last month!", s, 1),
-                          turn("User: Nice.", s, 2), turn("User: unrelated, no session", None, 3)])
+    store(
+        engine,
+        rt,
+        t,
+        [
+            turn("User: Do you still play badminton?", s, 0),
+            turn("Assistant: Yes, twice last month!", s, 1),
+            turn("User: Nice.", s, 2),
+            turn("User: unrelated, no session", None, 3),
+        ],
+    )
     got = state(engine, t)
     assert got["User: Do you still play badminton?"][:2] == (None, None)
     assert got["Assistant: Yes, twice last month!"][0] == "User: Do you still play badminton?"
@@ -101,8 +118,15 @@ def test_a_turn_that_arrives_before_its_predecessor_is_recontextualised_when_the
 
 def test_a_butler_never_gets_another_butlers_turn_as_its_context(engine, rt):
     t, s = new_tenant(engine), uuid.uuid4()
-    store(engine, rt, t, [turn("User: my private diagnosis is X", s, 0, butler="health"),
-                          turn("User: book a table", s, 1, butler="general")])
+    store(
+        engine,
+        rt,
+        t,
+        [
+            turn("User: my private diagnosis is X", s, 0, butler="health"),
+            turn("User: book a table", s, 1, butler="general"),
+        ],
+    )
     assert state(engine, t)["User: book a table"][0] is None
 
 
@@ -117,28 +141,62 @@ def test_a_long_episode_is_also_embedded_as_overlapping_windows(engine, rt):
 def test_a_turn_is_found_through_the_words_of_the_turn_before_it(engine, rt, reader):
     t, s = new_tenant(engine), uuid.uuid4()
     filler = [turn(f"User: note {i} about groceries and errands", uuid.uuid4(), 10 + i) for i in range(8)]
-    store(engine, rt, t, [turn("User: How often did you go kayaking?", s, 0),
-                          turn("Assistant: Twice last month, both on Sundays.", s, 1), *filler])
-    hits = reader.search(tenant_id=t, visibility=Visibility(scopes=("global",), butlers=("general",)),
-                         query="kayaking", types=["episode"], mode="keyword", limit=5, min_confidence=None)
-    assert [h.content for h in hits[:2]] == ["User: How often did you go kayaking?",
-                                             "Assistant: Twice last month, both on Sundays."]
+    store(
+        engine,
+        rt,
+        t,
+        [
+            turn("User: How often did you go kayaking?", s, 0),
+            turn("Assistant: Twice last month, both on Sundays.", s, 1),
+            *filler,
+        ],
+    )
+    hits = reader.search(
+        tenant_id=t,
+        visibility=Visibility(scopes=("global",), butlers=("general",)),
+        query="kayaking",
+        types=["episode"],
+        mode="keyword",
+        limit=5,
+        min_confidence=None,
+    )
+    assert [h.content for h in hits[:2]] == [
+        "User: How often did you go kayaking?",
+        "Assistant: Twice last month, both on Sundays.",
+    ]
 
 
 def test_imported_history_keeps_its_time_expires_from_acceptance_and_can_be_bounded(engine, rt, reader):
     t, s = new_tenant(engine), uuid.uuid4()
-    store(engine, rt, t, [turn("User: we adopted a cat named Miso", s, 0),
-                          turn("User: Miso the cat turned two", s, 60 * 24 * 30)])
+    store(
+        engine,
+        rt,
+        t,
+        [turn("User: we adopted a cat named Miso", s, 0), turn("User: Miso the cat turned two", s, 60 * 24 * 30)],
+    )
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT occurred_at, created_at, expires_at FROM episodes WHERE tenant_id = :t "
-                                 "ORDER BY occurred_at"), {"t": t}).all()
+        rows = conn.execute(
+            text("SELECT occurred_at, created_at, expires_at FROM episodes WHERE tenant_id = :t ORDER BY occurred_at"),
+            {"t": t},
+        ).all()
     assert rows[0].occurred_at == T0 and rows[1].occurred_at == T0 + timedelta(days=30)
     assert all(r.expires_at > datetime.now(timezone.utc) and r.created_at > T0 for r in rows)
     view = Visibility(scopes=("global",), butlers=("general",))
 
     def contents(**bounds: datetime) -> list[str]:
-        return [h.content for h in reader.search(tenant_id=t, visibility=view, query="Miso the cat", types=["episode"],
-                                                 mode="hybrid", limit=5, min_confidence=None, **bounds)]
+        return [
+            h.content
+            for h in reader.search(
+                tenant_id=t,
+                visibility=view,
+                query="Miso the cat",
+                types=["episode"],
+                mode="hybrid",
+                limit=5,
+                min_confidence=None,
+                **bounds,
+            )
+        ]
 
     assert len(contents()) == 2
     assert contents(until=T0 + timedelta(days=1)) == ["User: we adopted a cat named Miso"]
@@ -151,16 +209,28 @@ def test_vectors_and_context_of_another_tenant_never_answer(engine, rt, reader):
     store(engine, rt, theirs, [turn("User: where is the vault code?", s := uuid.uuid4(), 0), turn(secret, s, 1)])
     store(engine, rt, mine, [turn("User: I like tea", uuid.uuid4(), 0)])
     for mode in ("semantic", "keyword", "hybrid"):
-        hits = reader.search(tenant_id=mine, visibility=Visibility(scopes=("global",), butlers=("general",)),
-                             query="vault code safe room", types=["episode"], mode=mode, limit=10, min_confidence=None)
+        hits = reader.search(
+            tenant_id=mine,
+            visibility=Visibility(scopes=("global",), butlers=("general",)),
+            query="vault code safe room",
+            types=["episode"],
+            mode=mode,
+            limit=10,
+            min_confidence=None,
+        )
         assert all(h.content == "User: I like tea" for h in hits)
 
 
 def postings(engine: Any, tenant: str) -> dict[str, dict[str, tuple[float, float]]]:
     """content -> {lexeme: (tf, ctf)} as episode_terms holds them."""
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT e.content, t.lexeme, t.tf, t.ctf FROM episode_terms t JOIN episodes e "
-                                 "ON e.id = t.episode_id WHERE t.tenant_id = :t"), {"t": tenant}).all()
+        rows = conn.execute(
+            text(
+                "SELECT e.content, t.lexeme, t.tf, t.ctf FROM episode_terms t JOIN episodes e "
+                "ON e.id = t.episode_id WHERE t.tenant_id = :t"
+            ),
+            {"t": tenant},
+        ).all()
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for content, lexeme, tf, ctf in rows:
         out.setdefault(content, {})[lexeme] = (tf, ctf)

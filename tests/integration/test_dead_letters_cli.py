@@ -20,10 +20,15 @@ def test_the_cli_drops_dead_letters_by_id_and_all_needs_yes(engine, database_url
     tenant = f"t-{uuid.uuid4().hex[:12]}"
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO tenants (id) VALUES (:t)"), {"t": tenant})
-        dead = [insert_episode(conn, tenant, butler="health", status="dead_letter", created_at=NOW,
-                               expires_at=NOW + timedelta(days=7)) for _ in range(2)]
-        pending = insert_episode(conn, tenant, butler="health", status="pending", created_at=NOW,
-                                 expires_at=NOW + timedelta(days=7))
+        dead = [
+            insert_episode(
+                conn, tenant, butler="health", status="dead_letter", created_at=NOW, expires_at=NOW + timedelta(days=7)
+            )
+            for _ in range(2)
+        ]
+        pending = insert_episode(
+            conn, tenant, butler="health", status="pending", created_at=NOW, expires_at=NOW + timedelta(days=7)
+        )
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("REDIS_URL", redis_url)
     handlers = logging.getLogger().handlers[:]

@@ -32,7 +32,9 @@ def embedder():
 
 @pytest.fixture(scope="module")
 def reader(engine, embedder):
-    return Reader(engine=engine, settings=SETTINGS, embed=embedder.embed_one, count_tokens=get_token_counter().count_many)
+    return Reader(
+        engine=engine, settings=SETTINGS, embed=embedder.embed_one, count_tokens=get_token_counter().count_many
+    )
 
 
 def test_a_query_embedded_on_two_threads_matches_the_batch_embedding(embedder):
@@ -50,24 +52,53 @@ def new_tenant(engine) -> str:
     return tenant_id
 
 
-def fact(engine, embedder, tenant_id, subject, predicate, content, *, now=NOW, permanence="standard", scope="global",
-         importance=5.0):
-    write = FactWrite(subject=subject, predicate=predicate, content=content, permanence=permanence, scope=scope,
-                      importance=importance)
+def fact(
+    engine,
+    embedder,
+    tenant_id,
+    subject,
+    predicate,
+    content,
+    *,
+    now=NOW,
+    permanence="standard",
+    scope="global",
+    importance=5.0,
+):
+    write = FactWrite(
+        subject=subject, predicate=predicate, content=content, permanence=permanence, scope=scope, importance=importance
+    )
     fid = uuid.uuid4()
     with unit_of_work(engine) as conn:
-        writes.store_fact(conn, tenant_id=tenant_id, fact_id=fid, write=write,
-                          vector=embedder.embed_one(fact_text(subject, predicate, content)), embedding_version_id=None,
-                          source_butler="general", actor=ACTOR, now=now)
+        writes.store_fact(
+            conn,
+            tenant_id=tenant_id,
+            fact_id=fid,
+            write=write,
+            vector=embedder.embed_one(fact_text(subject, predicate, content)),
+            embedding_version_id=None,
+            source_butler="general",
+            actor=ACTOR,
+            now=now,
+        )
     return fid
 
 
 def rule(engine, embedder, tenant_id, content, *, now=NOW, scope="global"):
     rid = uuid.uuid4()
     with unit_of_work(engine) as conn:
-        writes.store_rule(conn, tenant_id=tenant_id, rule_id=rid, write=RuleWrite(content=content, scope=scope),
-                          vector=embedder.embed_one(content), embedding_version_id=None, source_butler="general",
-                          actor=ACTOR, now=now, rules=SETTINGS.memory.rules)
+        writes.store_rule(
+            conn,
+            tenant_id=tenant_id,
+            rule_id=rid,
+            write=RuleWrite(content=content, scope=scope),
+            vector=embedder.embed_one(content),
+            embedding_version_id=None,
+            source_butler="general",
+            actor=ACTOR,
+            now=now,
+            rules=SETTINGS.memory.rules,
+        )
     return rid
 
 
@@ -76,12 +107,18 @@ def test_supersession_keeps_one_active_fact_and_a_chain(engine, embedder):
     first = fact(engine, embedder, t, "user", "home_city", "Lives in Berlin")
     second = fact(engine, embedder, t, "user", "home_city", "Lives in Lisbon")
     with engine.connect() as conn:
-        rows = {r.id: r for r in conn.execute(text(
-            "SELECT id, validity, supersedes_id, superseded_by_id FROM facts WHERE tenant_id = :t"), {"t": t})}
-        link = conn.execute(text("SELECT relation FROM memory_links WHERE source_id = :s AND target_id = :o"),
-                            {"s": second, "o": first}).scalar()
-        events = conn.execute(text("SELECT event_type, request_id FROM memory_events WHERE tenant_id = :t "
-                                   "ORDER BY id"), {"t": t}).all()
+        rows = {
+            r.id: r
+            for r in conn.execute(
+                text("SELECT id, validity, supersedes_id, superseded_by_id FROM facts WHERE tenant_id = :t"), {"t": t}
+            )
+        }
+        link = conn.execute(
+            text("SELECT relation FROM memory_links WHERE source_id = :s AND target_id = :o"), {"s": second, "o": first}
+        ).scalar()
+        events = conn.execute(
+            text("SELECT event_type, request_id FROM memory_events WHERE tenant_id = :t ORDER BY id"), {"t": t}
+        ).all()
     assert rows[first].validity == "superseded" and rows[first].superseded_by_id == second
     assert rows[second].validity == "active" and rows[second].supersedes_id == first
     assert link == "supersedes"
@@ -98,9 +135,17 @@ def test_concurrent_supersession_leaves_one_active_fact(engine, embedder):
         try:
             barrier.wait()
             with unit_of_work(engine) as conn:
-                writes.store_fact(conn, tenant_id=t, fact_id=uuid.uuid4(), vector=vec, embedding_version_id=None,
-                                  write=FactWrite(subject="user", predicate="favourite_colour", content=f"colour {i}"),
-                                  source_butler="general", actor=ACTOR, now=NOW)
+                writes.store_fact(
+                    conn,
+                    tenant_id=t,
+                    fact_id=uuid.uuid4(),
+                    vector=vec,
+                    embedding_version_id=None,
+                    write=FactWrite(subject="user", predicate="favourite_colour", content=f"colour {i}"),
+                    source_butler="general",
+                    actor=ACTOR,
+                    now=NOW,
+                )
         except BaseException as exc:  # noqa: BLE001 - collected and asserted below
             errors.append(exc)
 
@@ -126,15 +171,39 @@ def test_hybrid_finds_a_keyword_only_and_a_paraphrase_only_match(engine, embedde
     for i in range(30):
         fact(engine, embedder, t, "user", f"note_{i}", f"Went hiking in the mountains on trip number {i}")
     view = Visibility(scopes=("global",), butlers=("general",))
-    by_keyword = reader.search(tenant_id=t, visibility=view, query="KX-4411", types=["fact"], mode="keyword",
-                               limit=5, min_confidence=None, now=NOW)
-    by_meaning = reader.search(tenant_id=t, visibility=view, query="is the user lactose intolerant?", types=["fact"],
-                               mode="semantic", limit=5, min_confidence=None, now=NOW)
+    by_keyword = reader.search(
+        tenant_id=t,
+        visibility=view,
+        query="KX-4411",
+        types=["fact"],
+        mode="keyword",
+        limit=5,
+        min_confidence=None,
+        now=NOW,
+    )
+    by_meaning = reader.search(
+        tenant_id=t,
+        visibility=view,
+        query="is the user lactose intolerant?",
+        types=["fact"],
+        mode="semantic",
+        limit=5,
+        min_confidence=None,
+        now=NOW,
+    )
     assert by_keyword[0].id == keyword_only
     assert by_meaning[0].id == paraphrase
     for query, expected in (("KX-4411", keyword_only), ("is the user lactose intolerant?", paraphrase)):
-        hybrid = reader.search(tenant_id=t, visibility=view, query=query, types=["fact"], mode="hybrid", limit=3,
-                               min_confidence=None, now=NOW)
+        hybrid = reader.search(
+            tenant_id=t,
+            visibility=view,
+            query=query,
+            types=["fact"],
+            mode="hybrid",
+            limit=3,
+            min_confidence=None,
+            now=NOW,
+        )
         assert expected in [h.id for h in hybrid]
 
 
@@ -142,10 +211,14 @@ def test_the_index_paths_of_a_large_scope_answer_as_the_scoped_paths_do(engine, 
     """Small scopes read the caller's rows once (exact distance, any-term match); large ones use the HNSW and GIN
     indexes. Forced onto the index paths, a small tenant's reads must give the same answers."""
     t = new_tenant(engine)
-    for i, (predicate, content) in enumerate([("drink", "Drinks oat milk in coffee every morning"),
-                                              ("pet", "Has a parrot named Kiwi"),
-                                              ("vehicle", "Owns a hoverboard with serial KX-4411"),
-                                              ("work", "Commutes to the office by bicycle")]):
+    for i, (predicate, content) in enumerate(
+        [
+            ("drink", "Drinks oat milk in coffee every morning"),
+            ("pet", "Has a parrot named Kiwi"),
+            ("vehicle", "Owns a hoverboard with serial KX-4411"),
+            ("work", "Commutes to the office by bicycle"),
+        ]
+    ):
         fact(engine, embedder, t, "user", predicate, content, importance=3.0 + i)
     rule(engine, embedder, t, "Ask before booking a trip on the user's behalf")
     view = Visibility(scopes=("global",), butlers=("general",))
@@ -154,8 +227,16 @@ def test_the_index_paths_of_a_large_scope_answer_as_the_scoped_paths_do(engine, 
         out = []
         for mode in ("semantic", "keyword", "hybrid"):
             for query in ("what does the user drink in the morning?", "KX-4411 parrot", "booking a trip"):
-                hits = reader.search(tenant_id=t, visibility=view, query=query, types=["fact", "rule"], mode=mode,
-                                     limit=10, min_confidence=None, now=NOW)
+                hits = reader.search(
+                    tenant_id=t,
+                    visibility=view,
+                    query=query,
+                    types=["fact", "rule"],
+                    mode=mode,
+                    limit=10,
+                    min_confidence=None,
+                    now=NOW,
+                )
                 out.append([(h.id, round(h.relevance, 4)) for h in hits])
         return out
 
@@ -175,8 +256,16 @@ def test_keyword_mode_matches_any_term_and_ranks_more_rare_terms_higher(engine, 
     both = fact(engine, embedder, t, "user", "pet", "Has a parrot named Kiwi")
     one = fact(engine, embedder, t, "user", "fruit", "Likes kiwi smoothies")
     view = Visibility(scopes=("global",), butlers=("general",))
-    hits = reader.search(tenant_id=t, visibility=view, query="what is the name of the user's parrot kiwi",
-                         types=["fact"], mode="keyword", limit=5, min_confidence=None, now=NOW)
+    hits = reader.search(
+        tenant_id=t,
+        visibility=view,
+        query="what is the name of the user's parrot kiwi",
+        types=["fact"],
+        mode="keyword",
+        limit=5,
+        min_confidence=None,
+        now=NOW,
+    )
     assert [h.id for h in hits][:2] == [both, one]
 
 
@@ -190,8 +279,9 @@ def test_decay_moves_a_fact_out_of_recall_without_touching_the_row_and_confirm_b
     with engine.connect() as conn:
         row = conn.execute(text("SELECT confidence, validity FROM facts WHERE id = :i"), {"i": fid}).one()
     assert (row.confidence, row.validity) == (1.0, "active")  # stored confidence untouched
-    with_floor_zero = reader.recall(tenant_id=t, visibility=view, topic="what did the user eat", limit=5,
-                                    min_confidence=0.0, now=NOW)
+    with_floor_zero = reader.recall(
+        tenant_id=t, visibility=view, topic="what did the user eat", limit=5, min_confidence=0.0, now=NOW
+    )
     assert fid in [h.id for h in with_floor_zero]
     with unit_of_work(engine) as conn:
         writes.confirm(conn, tenant_id=t, kind="fact", entity_id=fid, visibility=ALL, actor=ACTOR, now=NOW)
@@ -202,8 +292,17 @@ def test_decay_moves_a_fact_out_of_recall_without_touching_the_row_and_confirm_b
 def mark(engine, t, rid, outcome, n, reason=None, now=NOW):
     for _ in range(n):
         with unit_of_work(engine) as conn:
-            result = writes.mark_rule(conn, tenant_id=t, rule_id=rid, outcome=outcome, reason=reason,
-                                      visibility=ALL, actor=ACTOR, now=now, rules=SETTINGS.memory.rules)
+            result = writes.mark_rule(
+                conn,
+                tenant_id=t,
+                rule_id=rid,
+                outcome=outcome,
+                reason=reason,
+                visibility=ALL,
+                actor=ACTOR,
+                now=now,
+                rules=SETTINGS.memory.rules,
+            )
     return result
 
 
@@ -221,8 +320,10 @@ def test_forget_is_idempotent_reaches_history_and_stops_feedback(engine, embedde
     run(writes.forget, kind="fact", entity_id=old, now=NOW)
     assert run(writes.forget, kind="fact", entity_id=old, now=NOW)["already"] is True
     with engine.connect() as conn:
-        events = conn.execute(text("SELECT count(*) FROM memory_events WHERE entity_id = :i AND "
-                                   "event_type = 'fact.forgotten'"), {"i": old}).scalar()
+        events = conn.execute(
+            text("SELECT count(*) FROM memory_events WHERE entity_id = :i AND event_type = 'fact.forgotten'"),
+            {"i": old},
+        ).scalar()
     assert events == 1
     run(writes.restore, kind="fact", entity_id=old)
     with engine.connect() as conn:
@@ -260,7 +361,9 @@ def test_ten_successes_two_harmful_scores_056_and_stays_candidate(engine, embedd
     # it was established after 5 successes; two harmful marks (4x weight) bring it back to candidate
     assert result["maturity"] == "candidate"
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM rule_applications WHERE rule_id = :r"), {"r": rid}).scalar() == 12
+        assert (
+            conn.execute(text("SELECT count(*) FROM rule_applications WHERE rule_id = :r"), {"r": rid}).scalar() == 12
+        )
 
 
 def test_three_harmful_marks_invert_a_weak_rule(engine, embedder):
@@ -271,8 +374,10 @@ def test_three_harmful_marks_invert_a_weak_rule(engine, embedder):
     assert result["maturity"] == "anti_pattern"
     with engine.connect() as conn:
         content = conn.execute(text("SELECT content FROM rules WHERE id = :r"), {"r": rid}).scalar()
-    assert content == ("ANTI-PATTERN: Do NOT schedule meetings at 7am. This caused problems because: "
-                       "user was asleep; user was asleep; missed the meeting")
+    assert content == (
+        "ANTI-PATTERN: Do NOT schedule meetings at 7am. This caused problems because: "
+        "user was asleep; user was asleep; missed the meeting"
+    )
 
 
 def test_forget_is_reversible_and_fails_closed_when_the_key_is_taken(engine, embedder, reader):
@@ -302,11 +407,21 @@ def test_tenant_a_never_reads_tenant_b(engine, embedder, reader):
     fact(engine, embedder, b, "user", "name", "Bob")
     view = ALL  # even an admin view of tenant B must not see tenant A
     for mode in ("semantic", "keyword", "hybrid"):
-        hits = reader.search(tenant_id=b, visibility=view, query="secret word marmalade", types=["fact", "rule"],
-                             mode=mode, limit=20, min_confidence=0.0, now=NOW)
+        hits = reader.search(
+            tenant_id=b,
+            visibility=view,
+            query="secret word marmalade",
+            types=["fact", "rule"],
+            mode=mode,
+            limit=20,
+            min_confidence=0.0,
+            now=NOW,
+        )
         assert {h.id for h in hits}.isdisjoint({secret, secret_rule}), mode
-    assert {h.id for h in reader.recall(tenant_id=b, visibility=view, topic="marmalade", limit=20,
-                                        min_confidence=0.0, now=NOW)}.isdisjoint({secret, secret_rule})
+    assert {
+        h.id
+        for h in reader.recall(tenant_id=b, visibility=view, topic="marmalade", limit=20, min_confidence=0.0, now=NOW)
+    }.isdisjoint({secret, secret_rule})
     block = reader.context(tenant_id=b, visibility=view, trigger_prompt="marmalade", token_budget=3000, now=NOW)
     assert "marmalade" not in block.text
     from shared.errors import NotFound
@@ -316,8 +431,7 @@ def test_tenant_a_never_reads_tenant_b(engine, embedder, reader):
             reader.get(tenant_id=b, visibility=view, kind=kind, entity_id=ident)
         with pytest.raises(NotFound), unit_of_work(engine) as conn:
             writes.confirm(conn, tenant_id=b, kind=kind, entity_id=ident, visibility=view, actor=ACTOR, now=NOW)
-    assert all(e["entity_id"] not in (secret, secret_rule)
-               for e in reader.activity(tenant_id=b, since=0, limit=1000))
+    assert all(e["entity_id"] not in (secret, secret_rule) for e in reader.activity(tenant_id=b, since=0, limit=1000))
 
 
 def test_scope_filter_hides_other_butlers_memories(engine, embedder, reader):
@@ -325,8 +439,19 @@ def test_scope_filter_hides_other_butlers_memories(engine, embedder, reader):
     health = fact(engine, embedder, t, "user", "medication", "Takes vitamin D daily", scope="health")
     shared_fact = fact(engine, embedder, t, "user", "name", "Ann", scope="global")
     finance_view = Visibility(scopes=("global", "finance"), butlers=("finance",))
-    ids = {h.id for h in reader.search(tenant_id=t, visibility=finance_view, query="vitamin D medication user",
-                                       types=["fact"], mode="hybrid", limit=20, min_confidence=0.0, now=NOW)}
+    ids = {
+        h.id
+        for h in reader.search(
+            tenant_id=t,
+            visibility=finance_view,
+            query="vitamin D medication user",
+            types=["fact"],
+            mode="hybrid",
+            limit=20,
+            min_confidence=0.0,
+            now=NOW,
+        )
+    }
     assert health not in ids and shared_fact in ids
 
 
@@ -334,8 +459,16 @@ def test_scope_filter_hides_other_butlers_memories(engine, embedder, reader):
 def context_tenant(engine, embedder):
     t = new_tenant(engine)
     for i in range(40):
-        fact(engine, embedder, t, "user", f"preference_{i}", f"Prefers option {i} for scheduling and travel " * (1 + i % 4),
-             now=NOW - timedelta(days=i), importance=1 + i % 10)
+        fact(
+            engine,
+            embedder,
+            t,
+            "user",
+            f"preference_{i}",
+            f"Prefers option {i} for scheduling and travel " * (1 + i % 4),
+            now=NOW - timedelta(days=i),
+            importance=1 + i % 10,
+        )
     for i in range(15):
         rid = rule(engine, embedder, t, f"Always double-check travel bookings, variant {i}")
         if i % 5 == 0:
@@ -346,10 +479,12 @@ def context_tenant(engine, embedder):
 @pytest.mark.parametrize("budget", [50, 80, 120, 300, 1000, 3000, 8000])
 def test_context_never_exceeds_its_budget_and_is_identical_across_runs(reader, context_tenant, budget):
     view = Visibility(scopes=("global",), butlers=("general",))
-    first = reader.context(tenant_id=context_tenant, visibility=view, trigger_prompt="plan a trip",
-                           token_budget=budget, now=NOW)
-    second = reader.context(tenant_id=context_tenant, visibility=view, trigger_prompt="plan a trip",
-                            token_budget=budget, now=NOW)
+    first = reader.context(
+        tenant_id=context_tenant, visibility=view, trigger_prompt="plan a trip", token_budget=budget, now=NOW
+    )
+    second = reader.context(
+        tenant_id=context_tenant, visibility=view, trigger_prompt="plan a trip", token_budget=budget, now=NOW
+    )
     assert get_token_counter().count(first.text) == first.tokens <= budget
     assert first.text == second.text
     if budget >= 300:
@@ -365,8 +500,12 @@ def test_a_late_applied_older_fact_does_not_supersede_a_newer_one(engine, embedd
     newer = fact(engine, embedder, t, "user", "home_city", "Lives in Porto", now=NOW)
     older = fact(engine, embedder, t, "user", "home_city", "Lives in Lisbon", now=NOW - timedelta(hours=1))
     with engine.connect() as conn:
-        rows = {r.id: r for r in conn.execute(text(
-            "SELECT id, validity, superseded_by_id FROM facts WHERE tenant_id = :t"), {"t": t})}
+        rows = {
+            r.id: r
+            for r in conn.execute(
+                text("SELECT id, validity, superseded_by_id FROM facts WHERE tenant_id = :t"), {"t": t}
+            )
+        }
     # then the latest accepted write stays active and the late one joins the chain as superseded
     assert rows[newer].validity == "active"
     assert rows[older].validity == "superseded" and rows[older].superseded_by_id == newer
@@ -377,11 +516,14 @@ def test_rules_are_not_starved_by_many_facts_in_context(engine, embedder, reader
     t = new_tenant(engine)
     for i in range(60):
         fact(engine, embedder, t, "user", f"garden_note_{i}", f"The user's garden bed {i} grows tomatoes and basil")
-    rules = [rule(engine, embedder, t, "Suggest watering the garden in the early morning"),
-             rule(engine, embedder, t, "Ask before ordering new seeds for the garden")]
+    rules = [
+        rule(engine, embedder, t, "Suggest watering the garden in the early morning"),
+        rule(engine, embedder, t, "Ask before ordering new seeds for the garden"),
+    ]
     # when a butler asks for its context about the garden
-    block = reader.context(tenant_id=t, visibility=ALL, trigger_prompt="what should I do in the garden today?",
-                           token_budget=2000, now=NOW)
+    block = reader.context(
+        tenant_id=t, visibility=ALL, trigger_prompt="what should I do in the garden today?", token_budget=2000, now=NOW
+    )
     # then the rules section holds both rules next to the facts
     assert set(block.included.get("rules", [])) == {str(r) for r in rules}
     assert len(block.included.get("facts", [])) >= 10
@@ -390,22 +532,35 @@ def test_rules_are_not_starved_by_many_facts_in_context(engine, embedder, reader
 def test_a_memory_shown_yesterday_does_not_outrank_a_clearly_better_match_today(engine, embedder):
     # given two facts: one clearly about the question, one shown in yesterday's block on another topic
     t = new_tenant(engine)
-    better = fact(engine, embedder, t, "user", "allergy", "The user is allergic to peanuts", now=NOW - timedelta(days=60))
-    shown = fact(engine, embedder, t, "user", "snack", "The user snacks on crisps in the evening",
-                 now=NOW - timedelta(days=60))
+    better = fact(
+        engine, embedder, t, "user", "allergy", "The user is allergic to peanuts", now=NOW - timedelta(days=60)
+    )
+    shown = fact(
+        engine, embedder, t, "user", "snack", "The user snacks on crisps in the evening", now=NOW - timedelta(days=60)
+    )
     bumper = ReferenceBumper(engine, interval=3600)
-    reader = Reader(engine=engine, settings=SETTINGS, embed=embedder.embed_one,
-                    count_tokens=get_token_counter().count_many, bumper=bumper)
-    yesterday = reader.context(tenant_id=t, visibility=ALL, trigger_prompt="evening crisps snack", token_budget=500,
-                               now=NOW - timedelta(days=1))
+    reader = Reader(
+        engine=engine,
+        settings=SETTINGS,
+        embed=embedder.embed_one,
+        count_tokens=get_token_counter().count_many,
+        bumper=bumper,
+    )
+    yesterday = reader.context(
+        tenant_id=t,
+        visibility=ALL,
+        trigger_prompt="evening crisps snack",
+        token_budget=500,
+        now=NOW - timedelta(days=1),
+    )
     assert str(shown) in yesterday.included["facts"]
     bumper.close()  # writes the bumps of yesterday's block
     with engine.connect() as conn:
-        count, referenced = conn.execute(text("SELECT reference_count, last_referenced_at FROM facts WHERE id = :i"),
-                                         {"i": shown}).one()
+        count, referenced = conn.execute(
+            text("SELECT reference_count, last_referenced_at FROM facts WHERE id = :i"), {"i": shown}
+        ).one()
     # then the block counted it, but did not make it look recently used
     assert count >= 1 and referenced < NOW - timedelta(days=30)
     # and today the better match leads
     hits = reader.recall(tenant_id=t, visibility=ALL, topic="does the user have a peanut allergy?", limit=2, now=NOW)
     assert hits[0].id == better
-

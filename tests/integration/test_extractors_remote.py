@@ -35,13 +35,33 @@ def _request() -> ExtractionRequest:
         tenant_id="default",
         butler="health",
         episodes=[
-            EpisodeIn(id=E1, seq=1, butler="health", created_at=at, importance=6,
-                      content="User mentioned they are allergic to peanuts.\nUser said: never call after 9pm."),
-            EpisodeIn(id=E2, seq=2, butler="health", created_at=at, importance=4,
-                      content="I just moved to Lisbon. I had ramen for dinner."),
+            EpisodeIn(
+                id=E1,
+                seq=1,
+                butler="health",
+                created_at=at,
+                importance=6,
+                content="User mentioned they are allergic to peanuts.\nUser said: never call after 9pm.",
+            ),
+            EpisodeIn(
+                id=E2,
+                seq=2,
+                butler="health",
+                created_at=at,
+                importance=4,
+                content="I just moved to Lisbon. I had ramen for dinner.",
+            ),
         ],
-        facts=[KnownFact(id=KNOWN_FACT, subject="user", predicate="lives_in", content="User lives in Berlin",
-                         permanence="stable", scope="global")],
+        facts=[
+            KnownFact(
+                id=KNOWN_FACT,
+                subject="user",
+                predicate="lives_in",
+                content="User lives in Berlin",
+                permanence="stable",
+                scope="global",
+            )
+        ],
         rules=[],
     )
 
@@ -51,20 +71,31 @@ def _request() -> ExtractionRequest:
 _EPISODE = re.compile(
     r"^- episode (?P<id>\S+) \(at (?P<at>[^,]+), importance (?P<imp>[^)]+)\):\n(?P<body>(?:    .*(?:\n|$))+)", re.M
 )
-_FACT = re.compile(r"^- fact (?P<id>\S+): (?P<s>[^|]+) \| (?P<p>[^|]+) \| (?P<c>.+) \(permanence: (?P<perm>\w+), "
-                   r"scope: (?P<scope>[^)]+)\)$", re.M)
+_FACT = re.compile(
+    r"^- fact (?P<id>\S+): (?P<s>[^|]+) \| (?P<p>[^|]+) \| (?P<c>.+) \(permanence: (?P<perm>\w+), "
+    r"scope: (?P<scope>[^)]+)\)$",
+    re.M,
+)
 
 
 def _model_answer(prompt: str) -> dict[str, Any]:
     """What the fake model answers: the heuristic extractor's reading of the request recovered from the prompt."""
     butler = re.search(r"episodes from the (\S+) butler", prompt).group(1)  # type: ignore[union-attr]
     episodes = [
-        EpisodeIn(id=m["id"], seq=n, butler=butler, created_at=datetime.fromisoformat(m["at"]),
-                  importance=float(m["imp"]), content="\n".join(line[4:] for line in m["body"].splitlines()))
+        EpisodeIn(
+            id=m["id"],
+            seq=n,
+            butler=butler,
+            created_at=datetime.fromisoformat(m["at"]),
+            importance=float(m["imp"]),
+            content="\n".join(line[4:] for line in m["body"].splitlines()),
+        )
         for n, m in enumerate(_EPISODE.finditer(prompt))
     ]
-    facts = [KnownFact(id=m["id"], subject=m["s"], predicate=m["p"], content=m["c"], permanence=m["perm"],
-                       scope=m["scope"]) for m in _FACT.finditer(prompt)]
+    facts = [
+        KnownFact(id=m["id"], subject=m["s"], predicate=m["p"], content=m["c"], permanence=m["perm"], scope=m["scope"])
+        for m in _FACT.finditer(prompt)
+    ]
     request = ExtractionRequest(tenant_id="?", butler=butler, episodes=episodes, facts=facts)
     return HeuristicExtractor().extract(request).model_dump()
 
@@ -85,7 +116,10 @@ def _problems(body: dict[str, Any]) -> list[str]:
 
 def _completion(model: str, content: str) -> dict[str, Any]:
     return {
-        "id": "chatcmpl-test", "object": "chat.completion", "created": 1_700_000_000, "model": model,
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
@@ -117,10 +151,25 @@ def chat_server() -> Iterator[SimpleNamespace]:
                 "slow": lambda: json.dumps(_model_answer(prompt)),
                 "not-json": lambda: "Sure! The user is allergic to peanuts.",
                 "recorded": lambda: state.recorded,
-                "unknown-id": lambda: json.dumps({"facts": [{
-                    "subject": "user", "predicate": "name", "content": "User's name is Ann", "permanence": "permanent",
-                    "importance": 8, "scope": "global", "source_episode_ids": ["not-an-episode-of-this-batch"],
-                    "supersedes_fact_id": None}], "rules": [], "confirmations": [], "contradictions": []}),
+                "unknown-id": lambda: json.dumps(
+                    {
+                        "facts": [
+                            {
+                                "subject": "user",
+                                "predicate": "name",
+                                "content": "User's name is Ann",
+                                "permanence": "permanent",
+                                "importance": 8,
+                                "scope": "global",
+                                "source_episode_ids": ["not-an-episode-of-this-batch"],
+                                "supersedes_fact_id": None,
+                            }
+                        ],
+                        "rules": [],
+                        "confirmations": [],
+                        "contradictions": [],
+                    }
+                ),
             }[state.mode]()
             return self._send(200, _completion(body["model"], content))
 
@@ -153,8 +202,13 @@ def chat_server() -> Iterator[SimpleNamespace]:
 
 
 def _openai(state: SimpleNamespace, **overrides: Any) -> OpenAIExtractor:
-    values: dict[str, Any] = {"extractor": "openai", "openai_base_url": state.base_url, "openai_api_key": API_KEY,
-                              "openai_model": "memory-test-model", "openai_timeout_seconds": 5}
+    values: dict[str, Any] = {
+        "extractor": "openai",
+        "openai_base_url": state.base_url,
+        "openai_api_key": API_KEY,
+        "openai_model": "memory-test-model",
+        "openai_timeout_seconds": 5,
+    }
     settings = ConsolidationSettings(**{**values, **overrides})
     extractor = build_extractor(settings)
     assert isinstance(extractor, OpenAIExtractor)
@@ -185,10 +239,26 @@ CONTRACT = json.loads((FAKE_CMD.parent / "extractor_contract.json").read_text())
 def test_openai_extractor_meets_recorded_answers(chat_server, case):
     # given an episode (and a known fact) and the answer a good model gave to its prompt, replayed by the server
     at = datetime(2025, 3, 1, 9, 30, tzinfo=timezone.utc)
-    known = [KnownFact(id=KNOWN_FACT, subject=case["known"][0], predicate=case["known"][1], content=case["known"][2],
-                       permanence=case["known"][3], scope=case["butler"])] if "known" in case else []
-    request = ExtractionRequest(tenant_id="default", butler=case["butler"], facts=known, episodes=[
-        EpisodeIn(id=E1, seq=1, butler=case["butler"], created_at=at, importance=5, content=case["episode"])])
+    known = (
+        [
+            KnownFact(
+                id=KNOWN_FACT,
+                subject=case["known"][0],
+                predicate=case["known"][1],
+                content=case["known"][2],
+                permanence=case["known"][3],
+                scope=case["butler"],
+            )
+        ]
+        if "known" in case
+        else []
+    )
+    request = ExtractionRequest(
+        tenant_id="default",
+        butler=case["butler"],
+        facts=known,
+        episodes=[EpisodeIn(id=E1, seq=1, butler=case["butler"], created_at=at, importance=5, content=case["episode"])],
+    )
     ids = {"E": E1, "K": KNOWN_FACT}
     text = case.get("raw") or json.dumps(case["answer"])
     chat_server.mode = "recorded"
@@ -206,7 +276,9 @@ def test_openai_extractor_meets_recorded_answers(chat_server, case):
     assert case["episode"].split()[0] in chat_server.requests[-1]["body"]["messages"][1]["content"]
     assert [[f.subject, f.predicate, f.content, f.permanence] for f in got.facts] == expect.get("facts", [])
     assert [r.content for r in got.rules] == expect.get("rules", [])
-    assert [f.supersedes_fact_id for f in got.facts if f.supersedes_fact_id] == [ids[k] for k in expect.get("supersedes", [])]
+    assert [f.supersedes_fact_id for f in got.facts if f.supersedes_fact_id] == [
+        ids[k] for k in expect.get("supersedes", [])
+    ]
     assert [c.fact_id for c in got.confirmations] == [ids[k] for k in expect.get("confirmations", [])]
     assert [c.fact_id for c in got.contradictions] == [ids[k] for k in expect.get("contradictions", [])]
     assert [r.supporting_fact_refs for r in got.rules if r.supporting_fact_refs] == expect.get("supporting", [])
@@ -251,8 +323,9 @@ def test_openai_extractor_gives_up_on_a_slow_server_after_its_timeout(chat_serve
 
 
 def test_openai_extractor_reports_an_unreachable_server():
-    settings = ConsolidationSettings(extractor="openai", openai_base_url="http://127.0.0.1:9/v1",
-                                     openai_timeout_seconds=2)
+    settings = ConsolidationSettings(
+        extractor="openai", openai_base_url="http://127.0.0.1:9/v1", openai_timeout_seconds=2
+    )
     with pytest.raises(ExtractionError, match="request failed: ConnectError"):
         OpenAIExtractor(settings).extract(_request())
 
@@ -261,8 +334,9 @@ def test_openai_extractor_reports_an_unreachable_server():
 
 
 def _command(*args: str, timeout: float = 30) -> CommandExtractor:
-    settings = ConsolidationSettings(extractor="command", command=[sys.executable, str(FAKE_CMD), *args],
-                                     command_timeout_seconds=timeout)
+    settings = ConsolidationSettings(
+        extractor="command", command=[sys.executable, str(FAKE_CMD), *args], command_timeout_seconds=timeout
+    )
     extractor = build_extractor(settings)
     assert isinstance(extractor, CommandExtractor)
     return extractor
@@ -272,8 +346,11 @@ def _command(*args: str, timeout: float = 30) -> CommandExtractor:
 def test_command_extractor_validates_what_the_command_prints(mode):
     extraction = _command(mode).extract(_request())
     [fact] = extraction.facts
-    assert (fact.predicate, fact.content, fact.source_episode_ids) == ("seen_episodes", "Consolidated 2 episodes",
-                                                                      [E1, E2])
+    assert (fact.predicate, fact.content, fact.source_episode_ids) == (
+        "seen_episodes",
+        "Consolidated 2 episodes",
+        [E1, E2],
+    )
     assert [c.fact_id for c in extraction.confirmations] == [KNOWN_FACT]
 
 

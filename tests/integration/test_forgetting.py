@@ -20,7 +20,14 @@ from shared.db import unit_of_work
 from shared.embedding import get_embedder
 from shared.writes import ALL, Actor
 from tests.integration.test_consolidation import (
-    BUTLER, NOW, SpyEmbedder, _ctx, consolidate, new_tenant, rows, store_episodes,
+    BUTLER,
+    NOW,
+    SpyEmbedder,
+    _ctx,
+    consolidate,
+    new_tenant,
+    rows,
+    store_episodes,
 )
 
 ACTOR = Actor("test", request_id="forget-req")
@@ -48,16 +55,25 @@ def validity(engine: Any, table: str, entity_id: Any) -> str:
 def test_forgetting_an_episode_scrubs_its_traces_and_retracts_what_only_it_taught(engine, settings, embedder):
     # given three episodes consolidated into facts and a rule, each derived from its episode
     t = new_tenant(engine)
-    berlin_ep, name_ep, rule_ep = store_episodes(engine, settings, embedder, t, [
-        "I live in Berlin.", "My name is Ana.", "Always confirm before sending outbound messages."])
+    berlin_ep, name_ep, rule_ep = store_episodes(
+        engine,
+        settings,
+        embedder,
+        t,
+        ["I live in Berlin.", "My name is Ana.", "Always confirm before sending outbound messages."],
+    )
     consolidate(engine, settings, embedder, t)
     facts = dict(rows(engine, "SELECT predicate, id FROM facts WHERE tenant_id = :t", t=t))
     [(rule_id,)] = rows(engine, "SELECT id FROM rules WHERE tenant_id = :t", t=t)
     # and the name was also said in the Berlin episode (a second source)
     with unit_of_work(engine) as conn:
-        conn.execute(text("INSERT INTO memory_links (tenant_id, source_type, source_id, target_type, target_id, "
-                          "relation) VALUES (:t, 'fact', :f, 'episode', :e, 'derived_from')"),
-                     {"t": t, "f": facts["name"], "e": berlin_ep})
+        conn.execute(
+            text(
+                "INSERT INTO memory_links (tenant_id, source_type, source_id, target_type, target_id, "
+                "relation) VALUES (:t, 'fact', :f, 'episode', :e, 'derived_from')"
+            ),
+            {"t": t, "f": facts["name"], "e": berlin_ep},
+        )
     assert "Berlin" in str(rows(engine, "SELECT payload FROM write_intents WHERE id = :i", i=berlin_ep)[0][0])
 
     # when the Berlin episode is forgotten
@@ -75,10 +91,15 @@ def test_forgetting_an_episode_scrubs_its_traces_and_retracts_what_only_it_taugh
     assert result["retracted"] == [str(facts["lives_in"])]
     assert validity(engine, "facts", facts["lives_in"]) == "retracted"
     assert validity(engine, "facts", facts["name"]) == "active"
-    [(event, why)] = rows(engine, "SELECT event_type, payload FROM memory_events WHERE entity_id = :i "
-                                  "AND event_type LIKE 'fact.retract%'", i=facts["lives_in"])
-    assert (event, why) == ("fact.retracted", {"from_validity": "active", "cause": "sources_forgotten",
-                                               "episodes": [str(berlin_ep)]})
+    [(event, why)] = rows(
+        engine,
+        "SELECT event_type, payload FROM memory_events WHERE entity_id = :i AND event_type LIKE 'fact.retract%'",
+        i=facts["lives_in"],
+    )
+    assert (event, why) == (
+        "fact.retracted",
+        {"from_validity": "active", "cause": "sources_forgotten", "episodes": [str(berlin_ep)]},
+    )
 
     # when the name's other source and the rule's only source are forgotten too, then they are retracted
     run(engine, writes.forget, t, kind="episode", entity_id=name_ep, now=NOW)
@@ -114,21 +135,34 @@ def test_an_episode_forgotten_while_its_batch_is_in_flight_is_not_learned_from(e
     berlin, name = store_episodes(engine, settings, embedder, t, ["I live in Berlin.", "My name is Ana."])
     with unit_of_work(engine) as conn:
         batch = fetch_batch(conn, tenant_id=t, butler=BUTLER, limit=10, now=NOW)
-    plan = plan_extraction(HeuristicExtractor().extract(batch.request(batch.active)), batch=batch,
-                           episode_ids=[e.id for e in batch.active], group="batch", extractor="heuristic")
+    plan = plan_extraction(
+        HeuristicExtractor().extract(batch.request(batch.active)),
+        batch=batch,
+        episode_ids=[e.id for e in batch.active],
+        group="batch",
+        extractor="heuristic",
+    )
     assert len(plan.facts) == 2
     # when one episode is forgotten before the batch is applied
     run(engine, writes.forget, t, kind="episode", entity_id=berlin, now=NOW)
     # then applying the batch is refused as stale, nothing learned
     with pytest.raises(StaleBatch), unit_of_work(engine) as conn:
-        apply_run(conn, batch=batch, plans=[plan], vectors=embedder.embed(plan.texts()), failures=[],
-                  ctx=_ctx(settings, embedder), isolate=False)
+        apply_run(
+            conn,
+            batch=batch,
+            plans=[plan],
+            vectors=embedder.embed(plan.texts()),
+            failures=[],
+            ctx=_ctx(settings, embedder),
+            isolate=False,
+        )
     assert rows(engine, "SELECT count(*) FROM facts WHERE tenant_id = :t", t=t) == [(0,)]
     # and the next run learns only from the remembered episode
     consolidate(engine, settings, embedder, t)
     assert rows(engine, "SELECT predicate FROM facts WHERE tenant_id = :t", t=t) == [("name",)]
-    assert rows(engine, "SELECT count(*) FROM memory_links WHERE tenant_id = :t AND target_id = :e",
-                t=t, e=berlin) == [(0,)]
+    assert rows(engine, "SELECT count(*) FROM memory_links WHERE tenant_id = :t AND target_id = :e", t=t, e=berlin) == [
+        (0,)
+    ]
 
 
 def test_the_audit_trail_allows_a_scrub_and_nothing_else(engine):
@@ -136,11 +170,16 @@ def test_the_audit_trail_allows_a_scrub_and_nothing_else(engine):
     t = new_tenant(engine)
     entity = uuid.uuid4()
     with unit_of_work(engine) as conn:
-        conn.execute(text("INSERT INTO memory_events (tenant_id, event_type, entity_type, entity_id, actor, payload) "
-                          "VALUES (:t, 'rule.inverted', 'rule', :e, 'test', "
-                          "'{\"from\": \"candidate\", \"content\": \"secret text\"}')"), {"t": t, "e": entity})
+        conn.execute(
+            text(
+                "INSERT INTO memory_events (tenant_id, event_type, entity_type, entity_id, actor, payload) "
+                "VALUES (:t, 'rule.inverted', 'rule', :e, 'test', "
+                '\'{"from": "candidate", "content": "secret text"}\')'
+            ),
+            {"t": t, "e": entity},
+        )
     refused = [
-        "UPDATE memory_events SET payload = '{\"from\": \"candidate\", \"content\": \"other text\"}' WHERE entity_id = :e",
+        'UPDATE memory_events SET payload = \'{"from": "candidate", "content": "other text"}\' WHERE entity_id = :e',
         "UPDATE memory_events SET event_type = 'rule.stored' WHERE entity_id = :e",
         "UPDATE memory_events SET payload = memory_events_scrubbed(payload), actor = 'x' WHERE entity_id = :e",
         "DELETE FROM memory_events WHERE entity_id = :e",
@@ -150,7 +189,10 @@ def test_the_audit_trail_allows_a_scrub_and_nothing_else(engine):
             conn.execute(text(sql), {"e": entity})
     # when the scrub runs, then the content goes and the transition name stays
     with unit_of_work(engine) as conn:
-        conn.execute(text("UPDATE memory_events SET payload = memory_events_scrubbed(payload) WHERE entity_id = :e"),
-                     {"e": entity})
+        conn.execute(
+            text("UPDATE memory_events SET payload = memory_events_scrubbed(payload) WHERE entity_id = :e"),
+            {"e": entity},
+        )
     assert rows(engine, "SELECT event_type, payload FROM memory_events WHERE entity_id = :e", e=entity) == [
-        ("rule.inverted", {"from": "candidate", "scrubbed": True})]
+        ("rule.inverted", {"from": "candidate", "scrubbed": True})
+    ]

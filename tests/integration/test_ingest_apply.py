@@ -50,10 +50,17 @@ class SpyEmbedder:
 
 @pytest.fixture(scope="module")
 def settings(database_url: str, redis_url: str) -> Settings:
-    return load_settings(database_url=database_url, redis_url=redis_url,
-                         workers={"ingest_batch_size": BATCH, "shard_count": 4,
-                                  "apply_backoff_base_seconds": BACKOFF_BASE_S, "apply_backoff_max_seconds": 0.2},
-                         consolidation={"max_attempts": MAX_ATTEMPTS})
+    return load_settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        workers={
+            "ingest_batch_size": BATCH,
+            "shard_count": 4,
+            "apply_backoff_base_seconds": BACKOFF_BASE_S,
+            "apply_backoff_max_seconds": 0.2,
+        },
+        consolidation={"max_attempts": MAX_ATTEMPTS},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +80,9 @@ def new_tenant(engine: Any) -> str:
 
 
 def episode(content: str, butler: str = "general") -> intake.WriteRequest:
-    return intake.WriteRequest("episode", butler, EpisodeWrite(content=content, butler=butler).model_dump(mode="json"),
-                               None)
+    return intake.WriteRequest(
+        "episode", butler, EpisodeWrite(content=content, butler=butler).model_dump(mode="json"), None
+    )
 
 
 def fact(content: str, *, predicate: str = "home_city", butler: str = "general", **extra: Any) -> intake.WriteRequest:
@@ -108,8 +116,12 @@ def test_a_burst_is_applied_in_seq_order_exactly_once_with_one_embed_call_per_ba
     assert summary.counts["episode"] == 20 and summary.counts["fact"] == 3 and not summary.more
     stored = rows(engine, "SELECT seq FROM episodes WHERE tenant_id = :t ORDER BY seq", t=t)
     assert [s for (s,) in stored] == [a.seq for a in accepted if a.kind == "episode"]
-    order = rows(engine, "SELECT (payload->>'seq')::int FROM memory_events WHERE tenant_id = :t "
-                         "AND event_type = 'episode.stored' ORDER BY id", t=t)
+    order = rows(
+        engine,
+        "SELECT (payload->>'seq')::int FROM memory_events WHERE tenant_id = :t "
+        "AND event_type = 'episode.stored' ORDER BY id",
+        t=t,
+    )
     assert [s for (s,) in order] == sorted(s for (s,) in order)
     facts = rows(engine, "SELECT content, validity FROM facts WHERE tenant_id = :t ORDER BY created_at", t=t)
     assert facts == [("Lives in Berlin", "superseded"), ("Lives in Lisbon", "superseded"), ("Lives in Paris", "active")]
@@ -133,8 +145,10 @@ def test_redelivering_the_task_changes_nothing(settings, engine, model):
 
 
 def _snapshot(engine: Any, tenant_id: str) -> tuple:
-    return tuple(rows(engine, f"SELECT count(*) FROM {table} WHERE tenant_id = :t", t=tenant_id)[0][0]
-                 for table in ("episodes", "facts", "rules", "memory_links", "memory_events"))
+    return tuple(
+        rows(engine, f"SELECT count(*) FROM {table} WHERE tenant_id = :t", t=tenant_id)[0][0]
+        for table in ("episodes", "facts", "rules", "memory_links", "memory_events")
+    )
 
 
 def _status(engine: Any, tenant_id: str) -> dict[uuid.UUID, str]:
@@ -143,6 +157,7 @@ def _status(engine: Any, tenant_id: str) -> dict[uuid.UUID, str]:
 
 def _retry_until_settled(rt: Runtime, engine: Any, tenant_id: str, intent_id: uuid.UUID) -> None:
     """Run the key again (as its delayed wake-ups would) until ``intent_id`` is applied or dead-lettered."""
+
     def settled() -> bool:
         apply_pending(rt, tenant_id=tenant_id, butler="general", actor=ACTOR)
         return _status(engine, tenant_id)[intent_id] != "pending"
@@ -155,10 +170,16 @@ def test_a_poison_intent_is_dead_lettered_and_holds_later_ones_until_then(settin
     t = new_tenant(engine)
     bad_payload = intake.WriteRequest("fact", "general", {"predicate": "name", "content": "no subject"}, None)
     refused_row = fact("Works at Acme", predicate="employer", source_episode_id=str(uuid.uuid4()))  # FK violation
-    later_rule = intake.WriteRequest("rule", "general", RuleWrite(content="Always answer in Spanish").model_dump(), None)
+    later_rule = intake.WriteRequest(
+        "rule", "general", RuleWrite(content="Always answer in Spanish").model_dump(), None
+    )
     wrong_key = intake.WriteRequest("episode", "general", EpisodeWrite(content="x", butler="health").model_dump(), None)
-    ids = [a.id for a in accept(engine, t, [episode("first"), bad_payload, refused_row, wrong_key, episode("later"),
-                                            later_rule])]
+    ids = [
+        a.id
+        for a in accept(
+            engine, t, [episode("first"), bad_payload, refused_row, wrong_key, episode("later"), later_rule]
+        )
+    ]
 
     first = apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)
 
@@ -167,19 +188,22 @@ def test_a_poison_intent_is_dead_lettered_and_holds_later_ones_until_then(settin
     status = _status(engine, t)
     assert [status[i] for i in ids] == ["applied", "dead_letter", "pending", "pending", "pending", "pending"]
     assert rows(engine, "SELECT content FROM episodes WHERE tenant_id = :t", t=t) == [("first",)]
-    assert rows(engine, "SELECT count(*) FROM write_intents WHERE tenant_id = :t AND attempts > 0 "
-                        "AND status = 'pending'", t=t) == [(1,)]
+    assert rows(
+        engine, "SELECT count(*) FROM write_intents WHERE tenant_id = :t AND attempts > 0 AND status = 'pending'", t=t
+    ) == [(1,)]
     assert first.counts["retry"] == 1 and first.counts["episode"] == 1
     _retry_until_settled(rt, engine, t, ids[2])
-    [(state, attempts, error)] = rows(engine, "SELECT status, attempts, last_error FROM write_intents WHERE id = :i",
-                                      i=ids[2])
+    [(state, attempts, error)] = rows(
+        engine, "SELECT status, attempts, last_error FROM write_intents WHERE id = :i", i=ids[2]
+    )
     assert (state, attempts) == ("dead_letter", MAX_ATTEMPTS) and error.startswith("ForeignKeyViolation")
     # once the head is dead-lettered the rest apply (the wrong-key episode is a bad payload of its own)
     apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)
     status = _status(engine, t)
     assert [status[i] for i in ids] == ["applied", "dead_letter", "dead_letter", "dead_letter", "applied", "applied"]
-    [(dead_attempts, dead_error)] = rows(engine, "SELECT attempts, last_error FROM write_intents WHERE id = :i",
-                                         i=ids[1])
+    [(dead_attempts, dead_error)] = rows(
+        engine, "SELECT attempts, last_error FROM write_intents WHERE id = :i", i=ids[1]
+    )
     assert dead_attempts == 1 and "subject" in dead_error
     assert rows(engine, "SELECT count(*) FROM rules WHERE tenant_id = :t", t=t) == [(1,)]
 
@@ -201,19 +225,29 @@ def test_a_batch_the_embedder_cannot_take_is_applied_one_intent_at_a_time(settin
 
 
 def test_retries_back_off_on_the_database_clock_instead_of_spending_every_attempt_at_once(
-        database_url, redis_url, engine, model):
+    database_url, redis_url, engine, model
+):
     # given a slow backoff (4-8 s, then 8-16 s) and an intent the database refuses
-    slow = load_settings(database_url=database_url, redis_url=redis_url, consolidation={"max_attempts": 5},
-                         workers={"apply_backoff_base_seconds": 8, "apply_backoff_max_seconds": 60})
+    slow = load_settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        consolidation={"max_attempts": 5},
+        workers={"apply_backoff_base_seconds": 8, "apply_backoff_max_seconds": 60},
+    )
     rt = make_runtime(slow, engine, model)
     t = new_tenant(engine)
-    (head,) = [a.id for a in accept(engine, t, [fact("Works at Acme", predicate="employer",
-                                                     source_episode_id=str(uuid.uuid4()))])]
+    (head,) = [
+        a.id
+        for a in accept(engine, t, [fact("Works at Acme", predicate="employer", source_episode_id=str(uuid.uuid4()))])
+    ]
     # when the key is run three times in a row (a burst of redeliveries)
     runs = [apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR) for _ in range(3)]
     # then one attempt was spent, and the next waits for its backoff, measured on the database clock
-    [(attempts, status, wait)] = rows(engine, "SELECT attempts, status, extract(epoch FROM next_attempt_at - now()) "
-                                              "FROM write_intents WHERE id = :i", i=head)
+    [(attempts, status, wait)] = rows(
+        engine,
+        "SELECT attempts, status, extract(epoch FROM next_attempt_at - now()) FROM write_intents WHERE id = :i",
+        i=head,
+    )
     assert (attempts, status) == (1, "pending") and 3.0 < float(wait) <= 8.0
     assert 3.0 < runs[-1].retry_in <= 8.0 and not runs[-1].more
     # and the SQL twin of scoring.backoff_seconds stays inside [d/2, d] as attempts grow, capped
@@ -221,8 +255,9 @@ def test_retries_back_off_on_the_database_clock_instead_of_spending_every_attemp
         with unit_of_work(engine) as conn:
             conn.execute(text("UPDATE write_intents SET attempts = :n WHERE id = :i"), {"n": n, "i": head})
             intake.mark_failed(conn, intent_id=head, error="x", max_attempts=100, backoff_base_s=8, backoff_max_s=60)
-            wait = conn.execute(text("SELECT extract(epoch FROM next_attempt_at - now()) FROM write_intents "
-                                     "WHERE id = :i"), {"i": head}).scalar_one()
+            wait = conn.execute(
+                text("SELECT extract(epoch FROM next_attempt_at - now()) FROM write_intents WHERE id = :i"), {"i": head}
+            ).scalar_one()
         assert low - 0.01 <= float(wait) <= high + 0.01, (n, wait)
 
 
@@ -250,15 +285,17 @@ def test_another_workers_recheck_of_the_key_never_makes_the_holder_skip_its_olde
     # then it applied every intent, the oldest first (a re-check that row-locked the oldest made the holder's
     # SKIP LOCKED claim apply the later ones first, and the oldest after them)
     assert summary.counts["episode"] == 3 and not summary.more
-    order = rows(engine, "SELECT (payload->>'seq')::int FROM memory_events WHERE tenant_id = :t "
-                         "AND event_type = 'episode.stored' ORDER BY id", t=t)
+    order = rows(
+        engine,
+        "SELECT (payload->>'seq')::int FROM memory_events WHERE tenant_id = :t "
+        "AND event_type = 'episode.stored' ORDER BY id",
+        t=t,
+    )
     assert [s for (s,) in order] == [a.seq for a in accepted]
     assert rows(engine, "SELECT count(*) FROM write_intents WHERE tenant_id = :t AND status = 'pending'", t=t) == [(0,)]
 
 
 # ---- through a real Celery worker ---------------------------------------------------------------------
-
-
 
 
 @contextlib.contextmanager
@@ -270,8 +307,13 @@ def running_worker(settings: Settings, rt: Runtime) -> Iterator[Runtime]:
     install_runtime(rt)
     handlers = logging.getLogger().handlers[:]  # the worker installs JSON logging on pytest's captured stderr
     try:
-        with start_worker(worker_app.app, pool="solo", perform_ping_check=False,
-                          queues=shard_queues(settings.workers.shard_count), loglevel="WARNING"):
+        with start_worker(
+            worker_app.app,
+            pool="solo",
+            perform_ping_check=False,
+            queues=shard_queues(settings.workers.shard_count),
+            loglevel="WARNING",
+        ):
             yield rt
     finally:
         install_runtime(None)
@@ -293,10 +335,12 @@ def refusing_facts(engine: Any, tenant_id: str) -> Iterator[Callable[[], None]]:
     with unit_of_work(engine) as conn:
         conn.execute(text(f"CREATE TABLE {name} (tenant_id text)"))
         conn.execute(text(f"INSERT INTO {name} VALUES (:t)"), {"t": tenant_id})
-        conn.execute(text(f"""CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+        conn.execute(
+            text(f"""CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
             IF EXISTS (SELECT 1 FROM {name} WHERE tenant_id = NEW.tenant_id) THEN
                 RAISE EXCEPTION 'transient fault' USING ERRCODE = '40001'; END IF;
-            RETURN NEW; END $$"""))
+            RETURN NEW; END $$""")
+        )
         conn.execute(text(f"CREATE TRIGGER {name} BEFORE INSERT ON facts FOR EACH ROW EXECUTE FUNCTION {name}()"))
 
     def heal() -> None:
@@ -313,30 +357,44 @@ def refusing_facts(engine: Any, tenant_id: str) -> Iterator[Callable[[], None]]:
 
 
 def test_a_worker_retries_a_failed_intent_with_backoff_and_applies_the_key_in_order(
-        database_url, redis_url, engine, model):
+    database_url, redis_url, engine, model
+):
     # given a worker whose failed intents wait 0.5-1 s, then 1-2 s, 2-4 s ... (5 attempts), and a key whose
     # first write (a fact) the database refuses for now, followed by an episode and a correcting fact
-    slow = load_settings(database_url=database_url, redis_url=redis_url, consolidation={"max_attempts": 5,
-                         "after_apply": False}, workers={"shard_count": 4, "apply_backoff_base_seconds": 1.0,
-                                                         "apply_backoff_max_seconds": 4.0})
+    slow = load_settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        consolidation={"max_attempts": 5, "after_apply": False},
+        workers={"shard_count": 4, "apply_backoff_base_seconds": 1.0, "apply_backoff_max_seconds": 4.0},
+    )
     t = new_tenant(engine)
     with running_worker(slow, make_runtime(slow, engine, model)), refusing_facts(engine, t) as heal:
         ids = [a.id for a in accept(engine, t, [fact("Lives in Berlin")])]
         ids += [a.id for a in accept(engine, t, [episode("Moved house today."), fact("Lives in Paris")])]
         wake_apply(t, "general", settings=slow)
         # when the first write has failed twice (the second try came from the worker's own delayed wake-up)
-        poll(lambda: rows(engine, "SELECT attempts >= 2 FROM write_intents WHERE id = :i", i=ids[0])[0][0],
-             deadline_s=30, what="the worker to retry the refused intent after its backoff")
+        poll(
+            lambda: rows(engine, "SELECT attempts >= 2 FROM write_intents WHERE id = :i", i=ids[0])[0][0],
+            deadline_s=30,
+            what="the worker to retry the refused intent after its backoff",
+        )
         # then the attempts were spread out, not spent at once, and the later writes wait behind it
-        [(attempts, status, wait)] = rows(engine, "SELECT attempts, status, extract(epoch FROM next_attempt_at - "
-                                                  "created_at) FROM write_intents WHERE id = :i", i=ids[0])
+        [(attempts, status, wait)] = rows(
+            engine,
+            "SELECT attempts, status, extract(epoch FROM next_attempt_at - "
+            "created_at) FROM write_intents WHERE id = :i",
+            i=ids[0],
+        )
         assert status == "pending" and attempts < 5 and float(wait) >= 0.5 + 0.5
         assert [_status(engine, t)[i] for i in ids[1:]] == ["pending", "pending"]
         assert rows(engine, "SELECT count(*) FROM episodes WHERE tenant_id = :t", t=t) == [(0,)]
         # when the fault clears, the key applies in the order it was accepted: Paris supersedes Berlin
         heal()
-        poll(lambda: set(_status(engine, t).values()) == {"applied"}, deadline_s=30,
-             what="the key to apply once the fault cleared")
+        poll(
+            lambda: set(_status(engine, t).values()) == {"applied"},
+            deadline_s=30,
+            what="the key to apply once the fault cleared",
+        )
     facts = dict(rows(engine, "SELECT content, validity FROM facts WHERE tenant_id = :t", t=t))
     assert facts == {"Lives in Berlin": "superseded", "Lives in Paris": "active"}
     applied_at = dict(rows(engine, "SELECT id, applied_at FROM write_intents WHERE tenant_id = :t", t=t))
@@ -349,13 +407,20 @@ def test_a_woken_worker_applies_the_writes_and_then_consolidates_them(settings, 
 
     wake_apply(t, "general", settings=settings)
 
-    poll(lambda: rows(engine, "SELECT count(*) = 2 FROM episodes WHERE tenant_id = :t "
-                              "AND consolidation_status = 'consolidated'", t=t)[0][0],
-         deadline_s=30, what="the episodes to be applied and consolidated")
+    poll(
+        lambda: rows(
+            engine,
+            "SELECT count(*) = 2 FROM episodes WHERE tenant_id = :t AND consolidation_status = 'consolidated'",
+            t=t,
+        )[0][0],
+        deadline_s=30,
+        what="the episodes to be applied and consolidated",
+    )
     assert rows(engine, "SELECT subject, predicate FROM facts WHERE tenant_id = :t", t=t) == [("user", "name")]
     assert rows(engine, "SELECT content FROM rules WHERE tenant_id = :t", t=t) == [("Always answer in Spanish",)]
-    [(worker,)] = rows(engine, "SELECT DISTINCT actor FROM memory_events WHERE tenant_id = :t "
-                               "AND event_type = 'episode.stored'", t=t)
+    [(worker,)] = rows(
+        engine, "SELECT DISTINCT actor FROM memory_events WHERE tenant_id = :t AND event_type = 'episode.stored'", t=t
+    )
     assert worker.startswith("worker:")
 
 

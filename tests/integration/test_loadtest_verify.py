@@ -49,10 +49,29 @@ def run(engine: Engine, database_url: str) -> dict:
         for e in generator.client_episodes(run_id, client=client, count=EPISODES_PER_CLIENT, tenant=tenant, seed=3):
             payload = EpisodeWrite(content=e.content, butler=e.butler).model_dump(mode="json")
             with unit_of_work(engine) as conn:
-                (a,) = intake.accept(conn, tenant_id=e.tenant_id, actor=e.butler, request_id=None,
-                                     writes=[WriteRequest("episode", e.butler, payload, e.idempotency_key)])
-            accepts.append(Accept(e.tenant_id, e.butler, client, e.position, str(a.id), e.idempotency_key,
-                                  0.0, 0.0, 1.0, 1.0, 1, False))
+                (a,) = intake.accept(
+                    conn,
+                    tenant_id=e.tenant_id,
+                    actor=e.butler,
+                    request_id=None,
+                    writes=[WriteRequest("episode", e.butler, payload, e.idempotency_key)],
+                )
+            accepts.append(
+                Accept(
+                    e.tenant_id,
+                    e.butler,
+                    client,
+                    e.position,
+                    str(a.id),
+                    e.idempotency_key,
+                    0.0,
+                    0.0,
+                    1.0,
+                    1.0,
+                    1,
+                    False,
+                )
+            )
     runtime = Runtime(load_settings(database_url=database_url), engine, RandomEmbedder(), HeuristicExtractor())
     pending = verify.drain_state(engine, [t.tenant_id for t in tenants])
     for tenant in tenants:
@@ -62,17 +81,24 @@ def run(engine: Engine, database_url: str) -> dict:
 
 
 def _check(engine: Engine, run: dict, accepts: Sequence[Accept] | None = None) -> dict:
-    return verify.check_database(engine, accepts=run["accepts"] if accepts is None else accepts,
-                                 tenants=run["tenants"], run_tag=f"lt{run['run_id']}t")
+    return verify.check_database(
+        engine,
+        accepts=run["accepts"] if accepts is None else accepts,
+        tenants=run["tenants"],
+        run_tag=f"lt{run['run_id']}t",
+    )
 
 
 def _episode(engine: Engine, tenant_id: str, content: str, seq: int) -> None:
     """A row written behind the front's back (what a bug would leave)."""
     with unit_of_work(engine) as conn:
-        conn.execute(text(
-            "INSERT INTO episodes (id, tenant_id, butler, seq, content, embedding, expires_at) "
-            "VALUES (:id, :t, 'health', :seq, :c, CAST(:v AS vector), now() + interval '1 day')"),
-            {"id": uuid.uuid4(), "t": tenant_id, "seq": seq, "c": content, "v": "[" + ",".join(["0.05"] * 384) + "]"})
+        conn.execute(
+            text(
+                "INSERT INTO episodes (id, tenant_id, butler, seq, content, embedding, expires_at) "
+                "VALUES (:id, :t, 'health', :seq, :c, CAST(:v AS vector), now() + interval '1 day')"
+            ),
+            {"id": uuid.uuid4(), "t": tenant_id, "seq": seq, "c": content, "v": "[" + ",".join(["0.05"] * 384) + "]"},
+        )
 
 
 def test_an_honest_run_passes_once_consolidated(engine: Engine, run: dict):
@@ -89,8 +115,10 @@ def test_an_honest_run_passes_once_consolidated(engine: Engine, run: dict):
 
     # when every episode reaches a terminal state, then the backlog is drained and nothing is reported
     with unit_of_work(engine) as conn:
-        conn.execute(text("UPDATE episodes SET consolidation_status = 'consolidated' WHERE tenant_id = ANY(:t)"),
-                     {"t": tenant_ids})
+        conn.execute(
+            text("UPDATE episodes SET consolidation_status = 'consolidated' WHERE tenant_id = ANY(:t)"),
+            {"t": tenant_ids},
+        )
     after = _check(engine, run)
     assert verify.wait_for_drain(engine, tenant_ids, timeout_s=0)
     assert after["non_terminal"] == 0 and after["consolidation_status"] == {"consolidated": 2 * EPISODES_PER_CLIENT}
@@ -109,8 +137,10 @@ def test_sends_answered_out_of_seq_order_are_reported(engine: Engine, run: dict)
     accepts = list(run["accepts"])
     first, *rest = [i for i, a in enumerate(accepts) if a.client == 0 and a.butler == accepts[0].butler]
     second, third = rest[:2]
-    accepts[second], accepts[third] = (replace(accepts[second], id=accepts[third].id),
-                                       replace(accepts[third], id=accepts[second].id))
+    accepts[second], accepts[third] = (
+        replace(accepts[second], id=accepts[third].id),
+        replace(accepts[third], id=accepts[second].id),
+    )
     assert _check(engine, run, accepts)["out_of_order"] == 1
 
 

@@ -27,28 +27,53 @@ def _tenant(conn) -> str:
 
 def _fact(conn, tenant, *, rate=0.008, age_days=0.0, validity="active", confidence=1.0):
     fid = uuid.uuid4()
-    conn.execute(text(
-        "INSERT INTO facts (id, tenant_id, subject, predicate, content, embedding, decay_rate, confidence, validity, "
-        "last_confirmed_at) VALUES (:id, :t, 'user', :p, 'x', CAST(:e AS vector), :r, :c, :v, :at)"
-    ), {"id": fid, "t": tenant, "p": f"p{fid.hex[:8]}", "e": VEC, "r": rate, "c": confidence, "v": validity,
-        "at": NOW - timedelta(days=age_days)})
+    conn.execute(
+        text(
+            "INSERT INTO facts (id, tenant_id, subject, predicate, content, embedding, decay_rate, confidence, validity, "
+            "last_confirmed_at) VALUES (:id, :t, 'user', :p, 'x', CAST(:e AS vector), :r, :c, :v, :at)"
+        ),
+        {
+            "id": fid,
+            "t": tenant,
+            "p": f"p{fid.hex[:8]}",
+            "e": VEC,
+            "r": rate,
+            "c": confidence,
+            "v": validity,
+            "at": NOW - timedelta(days=age_days),
+        },
+    )
     return fid
 
 
-def _rule(conn, tenant, content, *, harmful=0, eff=0.0, maturity="established", rate=0.0, age_days=0.0,
-          reasons=()):
+def _rule(conn, tenant, content, *, harmful=0, eff=0.0, maturity="established", rate=0.0, age_days=0.0, reasons=()):
     rid = uuid.uuid4()
-    conn.execute(text(
-        "INSERT INTO rules (id, tenant_id, content, embedding, maturity, harmful_count, effectiveness_score, "
-        "decay_rate, confidence, last_confirmed_at) "
-        "VALUES (:id, :t, :c, CAST(:e AS vector), :m, :h, :eff, :r, 1.0, :at)"
-    ), {"id": rid, "t": tenant, "c": content, "e": VEC, "m": maturity, "h": harmful, "eff": eff, "r": rate,
-        "at": NOW - timedelta(days=age_days)})
+    conn.execute(
+        text(
+            "INSERT INTO rules (id, tenant_id, content, embedding, maturity, harmful_count, effectiveness_score, "
+            "decay_rate, confidence, last_confirmed_at) "
+            "VALUES (:id, :t, :c, CAST(:e AS vector), :m, :h, :eff, :r, 1.0, :at)"
+        ),
+        {
+            "id": rid,
+            "t": tenant,
+            "c": content,
+            "e": VEC,
+            "m": maturity,
+            "h": harmful,
+            "eff": eff,
+            "r": rate,
+            "at": NOW - timedelta(days=age_days),
+        },
+    )
     for i, reason in enumerate(reasons):
-        conn.execute(text(
-            "INSERT INTO rule_applications (tenant_id, rule_id, outcome, reason, actor, occurred_at) "
-            "VALUES (:t, :r, 'harmful', :why, 'test', :at)"
-        ), {"t": tenant, "r": rid, "why": reason, "at": NOW - timedelta(days=10 - i)})
+        conn.execute(
+            text(
+                "INSERT INTO rule_applications (tenant_id, rule_id, outcome, reason, actor, occurred_at) "
+                "VALUES (:t, :r, 'harmful', :why, 'test', :at)"
+            ),
+            {"t": tenant, "r": rid, "why": reason, "at": NOW - timedelta(days=10 - i)},
+        )
     return rid
 
 
@@ -69,32 +94,47 @@ def _sweep_all(conn, *, now=NOW, batch=3):
         after = None
         while True:
             after, summary = maintenance.decay_sweep_batch(
-                conn, kind=kind, after_id=after, batch=batch, now=now,
-                facts_cfg=SETTINGS.memory.facts, rules_cfg=SETTINGS.memory.rules)
+                conn,
+                kind=kind,
+                after_id=after,
+                batch=batch,
+                now=now,
+                facts_cfg=SETTINGS.memory.facts,
+                rules_cfg=SETTINGS.memory.rules,
+            )
             if summary[f"{kind}s_scanned"] < batch:
                 break
 
 
 def test_decay_moves_each_fact_to_its_band(conn, tenant):
     # given facts whose effective confidence at NOW is high, in the fading band, or below expiry
-    keep = _fact(conn, tenant, rate=0.008, age_days=10)            # 0.92
-    permanent = _fact(conn, tenant, rate=0.0, age_days=5000)       # 1.0
-    fade = _fact(conn, tenant, rate=0.03, age_days=60)             # 0.165
-    expire = _fact(conn, tenant, rate=0.1, age_days=60)            # 0.0025
+    keep = _fact(conn, tenant, rate=0.008, age_days=10)  # 0.92
+    permanent = _fact(conn, tenant, rate=0.0, age_days=5000)  # 1.0
+    fade = _fact(conn, tenant, rate=0.03, age_days=60)  # 0.165
+    expire = _fact(conn, tenant, rate=0.1, age_days=60)  # 0.0025
     fading_expire = _fact(conn, tenant, rate=0.1, age_days=60, validity="fading")
     fading_stay = _fact(conn, tenant, rate=0.03, age_days=60, validity="fading")
-    ancient = _fact(conn, tenant, rate=10, age_days=3650)          # exp() would underflow uncapped
+    ancient = _fact(conn, tenant, rate=10, age_days=3650)  # exp() would underflow uncapped
     superseded = _fact(conn, tenant, rate=0.1, age_days=60, validity="superseded")
     # when the sweep runs in small batches
     _sweep_all(conn)
     # then each fact is in its band and untouched states stay
-    expected = {keep: "active", permanent: "active", fade: "fading", expire: "expired",
-                fading_expire: "expired", fading_stay: "fading", ancient: "expired", superseded: "superseded"}
+    expected = {
+        keep: "active",
+        permanent: "active",
+        fade: "fading",
+        expire: "expired",
+        fading_expire: "expired",
+        fading_stay: "fading",
+        ancient: "expired",
+        superseded: "superseded",
+    }
     assert {k: _validity(conn, "facts", k) for k in expected} == expected
     # and every change wrote exactly one event whose transition the lifecycle table allows
     events = _events(conn, tenant)
     assert sorted((e.entity_id, e.event_type) for e in events) == sorted(
-        [(fade, "fact.fading"), (expire, "fact.expired"), (fading_expire, "fact.expired"), (ancient, "fact.expired")])
+        [(fade, "fact.fading"), (expire, "fact.expired"), (fading_expire, "fact.expired"), (ancient, "fact.expired")]
+    )
     for e in events:
         assert e.actor == "decay_sweep"
         assert is_allowed("fact", e.payload["from"], e.payload["to"])
@@ -112,8 +152,9 @@ def test_confirm_brings_a_faded_fact_back_and_the_sweep_leaves_it(conn, tenant):
     _sweep_all(conn)
     assert _validity(conn, "facts", fid) == "fading"
     # when an agent confirms it
-    writes.confirm(conn, tenant_id=tenant, kind="fact", entity_id=fid, visibility=writes.ALL,
-                   actor=writes.Actor("agent"), now=NOW)
+    writes.confirm(
+        conn, tenant_id=tenant, kind="fact", entity_id=fid, visibility=writes.ALL, actor=writes.Actor("agent"), now=NOW
+    )
     # then it is active again and a sweep at the same time keeps it so
     assert _validity(conn, "facts", fid) == "active"
     _sweep_all(conn)
@@ -126,12 +167,18 @@ def test_confirm_brings_a_faded_fact_back_and_the_sweep_leaves_it(conn, tenant):
 def test_harmful_rules_are_inverted_like_the_python_function(conn, tenant):
     # given rules marked harmful with and without reasons, and rules that do not qualify
     cases = {
-        _rule(conn, tenant, "Use tabs for indentation.", harmful=3, eff=0.1,
-              reasons=["broke the linter", "  ", "reviewers complained "]):
-            ["broke the linter", "reviewers complained"],
+        _rule(
+            conn,
+            tenant,
+            "Use tabs for indentation.",
+            harmful=3,
+            eff=0.1,
+            reasons=["broke the linter", "  ", "reviewers complained "],
+        ): ["broke the linter", "reviewers complained"],
         _rule(conn, tenant, "  API keys go in the repo..  ", harmful=4, eff=0.0, maturity="candidate"): [],
-        _rule(conn, tenant, "Always deploy on Fridays", harmful=5, eff=0.2, maturity="proven",
-              reasons=["outage"]): ["outage"],
+        _rule(conn, tenant, "Always deploy on Fridays", harmful=5, eff=0.2, maturity="proven", reasons=["outage"]): [
+            "outage"
+        ],
     }
     weak = _rule(conn, tenant, "Prefer short answers", harmful=2, eff=0.1)
     helpful = _rule(conn, tenant, "Cite sources", harmful=3, eff=0.7)
@@ -161,11 +208,16 @@ def test_an_over_long_rule_is_inverted_within_bounds_without_failing_its_batch(c
     # when the sweep runs (one batch holds both)
     _sweep_all(conn, batch=100)
     # then both became anti-patterns, the long one bounded, each the text the Python function writes
-    rows = dict(conn.execute(text("SELECT id, content FROM rules WHERE id IN (:a, :b) AND maturity = 'anti_pattern'"),
-                             {"a": long_rule, "b": short_rule}).all())
+    rows = dict(
+        conn.execute(
+            text("SELECT id, content FROM rules WHERE id IN (:a, :b) AND maturity = 'anti_pattern'"),
+            {"a": long_rule, "b": short_rule},
+        ).all()
+    )
     assert set(rows) == {long_rule, short_rule}
-    original = conn.execute(text("SELECT metadata->>'original_content' FROM rules WHERE id = :i"),
-                            {"i": long_rule}).scalar_one()
+    original = conn.execute(
+        text("SELECT metadata->>'original_content' FROM rules WHERE id = :i"), {"i": long_rule}
+    ).scalar_one()
     assert len(rows[long_rule]) <= 20_000 and rows[long_rule] == anti_pattern_content(original, reasons)
     assert rows[long_rule].endswith(reasons[-1]) and reasons[0] not in rows[long_rule]  # the newest reasons kept
     assert rows[short_rule].endswith("because: wrong time")
@@ -176,8 +228,17 @@ def test_a_harmful_mark_inverts_an_over_long_rule_within_bounds(conn, tenant):
     reasons = ["the build broke again " + "y" * 1_900 for _ in range(10)]  # the last one a day before NOW
     rid = _rule(conn, tenant, "Skip " + "the tests " * 1_990, harmful=10, eff=0.9, reasons=reasons)
     # when one more harmful mark tips it over
-    out = writes.mark_rule(conn, tenant_id=tenant, rule_id=rid, outcome="harmful", reason="z" * 2_000,
-                           visibility=writes.ALL, actor=writes.Actor("agent"), now=NOW, rules=SETTINGS.memory.rules)
+    out = writes.mark_rule(
+        conn,
+        tenant_id=tenant,
+        rule_id=rid,
+        outcome="harmful",
+        reason="z" * 2_000,
+        visibility=writes.ALL,
+        actor=writes.Actor("agent"),
+        now=NOW,
+        rules=SETTINGS.memory.rules,
+    )
     # then it is an anti-pattern whose text fits
     assert out["maturity"] == "anti_pattern"
     content = conn.execute(text("SELECT content FROM rules WHERE id = :i"), {"i": rid}).scalar_one()
@@ -243,8 +304,14 @@ def test_two_concurrent_runs_change_no_more_than_one(engine):
 
 
 def _episode(conn, tenant, *, status, age_days, expires_in_days=7.0, butler="health"):
-    return insert_episode(conn, tenant, butler=butler, status=status, created_at=NOW - timedelta(days=age_days),
-                          expires_at=NOW + timedelta(days=expires_in_days))
+    return insert_episode(
+        conn,
+        tenant,
+        butler=butler,
+        status=status,
+        created_at=NOW - timedelta(days=age_days),
+        expires_at=NOW + timedelta(days=expires_in_days),
+    )
 
 
 def _remaining(engine, tenant):
@@ -258,8 +325,10 @@ def test_cleanup_deletes_expired_then_oldest_consolidated_beyond_capacity(engine
         # given a tenant with 6 consolidated, 5 unconsolidated (pending, failed, dead letter) and 2 expired episodes
         tenant = _tenant(c)
         consolidated = [_episode(c, tenant, status="consolidated", age_days=10 - i) for i in range(6)]
-        unconsolidated = [_episode(c, tenant, status=s, age_days=20)
-                          for s in ("pending", "pending", "pending", "failed", "dead_letter")]
+        unconsolidated = [
+            _episode(c, tenant, status=s, age_days=20)
+            for s in ("pending", "pending", "pending", "failed", "dead_letter")
+        ]
         expired = [_episode(c, tenant, status=s, age_days=9, expires_in_days=-1) for s in ("pending", "consolidated")]
         # and a tenant whose unconsolidated episodes alone exceed the capacity
         crowded = _tenant(c)
@@ -276,7 +345,9 @@ def test_cleanup_deletes_expired_then_oldest_consolidated_beyond_capacity(engine
     with engine.connect() as c:
         events = _events(c, tenant)
     assert sorted((e.event_type, e.payload["reason"], e.payload["count"]) for e in events) == [
-        ("episodes.cleaned", "capacity", 3), ("episodes.cleaned", "expired", 2)]
+        ("episodes.cleaned", "capacity", 3),
+        ("episodes.cleaned", "expired", 2),
+    ]
     assert all(e.entity_id is None for e in events)
     # when cleanup runs again, nothing more goes
     again = maintenance.episode_cleanup(engine, now=NOW, settings=settings)
@@ -290,16 +361,21 @@ def test_cleanup_prunes_old_maintenance_runs(engine):
     # given runs from 30 days ago and from now (the table grows ~8,600 rows a day)
     tag = uuid.uuid4().hex[:8]
     with engine.begin() as c:
-        c.execute(text("INSERT INTO maintenance_runs (task, tick, started_at) VALUES "
-                       "(:t, 'old', CAST(:old AS timestamptz)), (:t, 'new', CAST(:new AS timestamptz))"),
-                  {"t": f"test.{tag}", "old": NOW - timedelta(days=30), "new": NOW})
+        c.execute(
+            text(
+                "INSERT INTO maintenance_runs (task, tick, started_at) VALUES "
+                "(:t, 'old', CAST(:old AS timestamptz)), (:t, 'new', CAST(:new AS timestamptz))"
+            ),
+            {"t": f"test.{tag}", "old": NOW - timedelta(days=30), "new": NOW},
+        )
     # when cleanup runs with the default retention (14 days)
     result = maintenance.episode_cleanup(engine, now=NOW, settings=load_settings())
     # then only the old one went
     assert result["maintenance_runs_deleted"] >= 1
     with engine.connect() as c:
-        assert c.execute(text("SELECT tick FROM maintenance_runs WHERE task = :t"), {"t": f"test.{tag}"}).all() == \
-            [("new",)]
+        assert c.execute(text("SELECT tick FROM maintenance_runs WHERE task = :t"), {"t": f"test.{tag}"}).all() == [
+            ("new",)
+        ]
 
 
 def test_a_tick_is_claimed_once(conn):
@@ -317,8 +393,14 @@ def test_a_tick_is_claimed_once(conn):
 @pytest.mark.parametrize("kind", ["fact", "rule"])
 def test_an_empty_page_ends_the_sweep(conn, kind):
     last, summary = maintenance.decay_sweep_batch(
-        conn, kind=kind, after_id=uuid.UUID(int=2**128 - 1), batch=10, now=NOW,
-        facts_cfg=SETTINGS.memory.facts, rules_cfg=SETTINGS.memory.rules)
+        conn,
+        kind=kind,
+        after_id=uuid.UUID(int=2**128 - 1),
+        batch=10,
+        now=NOW,
+        facts_cfg=SETTINGS.memory.facts,
+        rules_cfg=SETTINGS.memory.rules,
+    )
     assert last is None and summary == {f"{kind}s_scanned": 0}
 
 
@@ -355,16 +437,22 @@ def test_a_scheduled_task_runs_once_per_tick_and_records_its_outcome(engine):
         again = run_ticked("memory.test_task", None, tick, lambda rt, now: {"done": 2})
         assert first == {"tick": tick, "done": 1}
         assert again == {"skipped": "tick already claimed", "tick": tick}
+
         # and a failing tick records its error before raising
         def boom(rt, now):
             raise RuntimeError("disk full")
+
         with pytest.raises(RuntimeError):
             run_ticked("memory.test_task", None, tick + "-2", boom)
     finally:
         install_runtime(None)
     with engine.connect() as c:
-        rows = dict(c.execute(text("SELECT tick, summary FROM maintenance_runs WHERE task = 'memory.test_task' "
-                                   "AND tick LIKE :t"), {"t": tick + "%"}).all())
+        rows = dict(
+            c.execute(
+                text("SELECT tick, summary FROM maintenance_runs WHERE task = 'memory.test_task' AND tick LIKE :t"),
+                {"t": tick + "%"},
+            ).all()
+        )
     assert rows == {tick: {"done": 1}, tick + "-2": {"error": "RuntimeError: disk full"}}
 
 
@@ -373,16 +461,22 @@ def test_cleanup_forgets_feedback_keys_after_their_retention(engine):
     with engine.begin() as conn:
         tenant = _tenant(conn)
         for key, age in (("old", 8), ("fresh", 1)):
-            conn.execute(text(
-                "INSERT INTO feedback_receipts (tenant_id, butler, idempotency_key, tool, entity_id, payload_hash, "
-                "created_at) VALUES (:t, 'health', :k, 'memory_confirm', :e, :h, :at)"),
-                {"t": tenant, "k": key, "e": uuid.uuid4(), "h": "0" * 64, "at": NOW - timedelta(days=age)})
+            conn.execute(
+                text(
+                    "INSERT INTO feedback_receipts (tenant_id, butler, idempotency_key, tool, entity_id, payload_hash, "
+                    "created_at) VALUES (:t, 'health', :k, 'memory_confirm', :e, :h, :at)"
+                ),
+                {"t": tenant, "k": key, "e": uuid.uuid4(), "h": "0" * 64, "at": NOW - timedelta(days=age)},
+            )
     # when the cleanup runs
     result = maintenance.episode_cleanup(engine, now=NOW, settings=load_settings())
     # then the old key is forgotten and the fresh one kept
     with engine.connect() as conn:
-        kept = conn.execute(text("SELECT idempotency_key FROM feedback_receipts WHERE tenant_id = :t"),
-                            {"t": tenant}).scalars().all()
+        kept = (
+            conn.execute(text("SELECT idempotency_key FROM feedback_receipts WHERE tenant_id = :t"), {"t": tenant})
+            .scalars()
+            .all()
+        )
     assert kept == ["fresh"] and result["feedback_receipts_deleted"] >= 1
 
 
@@ -390,12 +484,21 @@ def _intent(conn, tenant, *, status, age_days, applied_days=None, butler="health
     from tests.factories import next_seq
 
     iid = uuid.uuid4()
-    conn.execute(text(
-        "INSERT INTO write_intents (id, tenant_id, butler, seq, kind, payload, actor, status, created_at, applied_at) "
-        "VALUES (:id, :t, :b, :s, 'episode', '{\"content\": \"private words\"}', 'test', :st, :c, :a)"
-    ), {"id": iid, "t": tenant, "b": butler, "s": next_seq(conn, tenant, butler), "st": status,
-        "c": NOW - timedelta(days=age_days),
-        "a": None if applied_days is None else NOW - timedelta(days=applied_days)})
+    conn.execute(
+        text(
+            "INSERT INTO write_intents (id, tenant_id, butler, seq, kind, payload, actor, status, created_at, applied_at) "
+            "VALUES (:id, :t, :b, :s, 'episode', '{\"content\": \"private words\"}', 'test', :st, :c, :a)"
+        ),
+        {
+            "id": iid,
+            "t": tenant,
+            "b": butler,
+            "s": next_seq(conn, tenant, butler),
+            "st": status,
+            "c": NOW - timedelta(days=age_days),
+            "a": None if applied_days is None else NOW - timedelta(days=applied_days),
+        },
+    )
     return iid
 
 
@@ -432,5 +535,4 @@ def test_cleanup_deletes_write_intents_past_their_retention(engine):
         events = _events(c, tenant)
     assert left == {new_applied, young_dead, pending}
     assert old_applied not in left and old_dead not in left and result["intents_deleted"] >= 2
-    assert [(e.event_type, e.payload) for e in events] == [
-        ("write_intents.cleaned", {"count": 2, "dead_letters": 1})]
+    assert [(e.event_type, e.payload) for e in events] == [("write_intents.cleaned", {"count": 2, "dead_letters": 1})]

@@ -27,9 +27,14 @@ def _migration_before_partitions(url: str) -> str:
 
 
 def _partitions(conn) -> dict[str, str]:
-    return dict(conn.execute(text(
-        "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i JOIN pg_class c "
-        "ON c.oid = i.inhrelid WHERE i.inhparent = 'memory_events'::regclass")).all())
+    return dict(
+        conn.execute(
+            text(
+                "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i JOIN pg_class c "
+                "ON c.oid = i.inhrelid WHERE i.inhparent = 'memory_events'::regclass"
+            )
+        ).all()
+    )
 
 
 def test_the_migration_converts_a_populated_table_keeping_ids_and_the_trigger(empty_database_url):
@@ -39,55 +44,85 @@ def test_the_migration_converts_a_populated_table_keeping_ids_and_the_trigger(em
     engine = create_engine(db.normalise_url(empty_database_url))
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO tenants (id) VALUES ('acme'), ('other')"))
-        conn.execute(text(
-            "INSERT INTO memory_events (tenant_id, event_type, entity_type, entity_id, occurred_at, actor, payload) "
-            "SELECT CASE WHEN g % 3 = 0 THEN 'other' ELSE 'acme' END, 'fact.stored', 'fact', gen_random_uuid(), "
-            "timestamptz '2026-08-10 12:00+00' + (g % 90) * interval '1 day', 'test', "
-            "jsonb_build_object('content', 'secret ' || g, 'seq', g) FROM generate_series(1, 900) g"))
+        conn.execute(
+            text(
+                "INSERT INTO memory_events (tenant_id, event_type, entity_type, entity_id, occurred_at, actor, payload) "
+                "SELECT CASE WHEN g % 3 = 0 THEN 'other' ELSE 'acme' END, 'fact.stored', 'fact', gen_random_uuid(), "
+                "timestamptz '2026-08-10 12:00+00' + (g % 90) * interval '1 day', 'test', "
+                "jsonb_build_object('content', 'secret ' || g, 'seq', g) FROM generate_series(1, 900) g"
+            )
+        )
         conn.execute(text("UPDATE memory_events SET payload = memory_events_scrubbed(payload) WHERE id = 1"))
         old = conn.execute(text("SELECT id, tenant_id, occurred_at, payload FROM memory_events ORDER BY id")).all()
     # when the partitioning migration runs
     db.migrate(empty_database_url, "head")
     with engine.begin() as conn:
         # then every row is there with its id, tenant, time and payload, each in its month's partition
-        assert conn.execute(text("SELECT id, tenant_id, occurred_at, payload FROM memory_events ORDER BY id")).all() \
-            == old
+        assert (
+            conn.execute(text("SELECT id, tenant_id, occurred_at, payload FROM memory_events ORDER BY id")).all() == old
+        )
         parts = _partitions(conn)
-        assert {"memory_events_p2026_08", "memory_events_p2026_09", "memory_events_p2026_10",
-                "memory_events_default"} <= set(parts)
+        assert {
+            "memory_events_p2026_08",
+            "memory_events_p2026_09",
+            "memory_events_p2026_10",
+            "memory_events_default",
+        } <= set(parts)
         assert conn.execute(text("SELECT count(*) FROM memory_events_default")).scalar_one() == 0
         assert conn.execute(text("SELECT count(*) FROM memory_events_p2026_09")).scalar_one() == 300
         conn.execute(text("SET LOCAL TIME ZONE 'UTC'"))  # pg_get_expr prints bounds in the session's zone
-        assert _partitions(conn)["memory_events_p2026_09"] == \
-            "FOR VALUES FROM ('2026-09-01 00:00:00+00') TO ('2026-10-01 00:00:00+00')"
+        assert (
+            _partitions(conn)["memory_events_p2026_09"]
+            == "FOR VALUES FROM ('2026-09-01 00:00:00+00') TO ('2026-10-01 00:00:00+00')"
+        )
         # and three months ahead of now exist
         ahead = partitions.partition_name(partitions.add_months(partitions.month_start(datetime.now(UTC)), 3))
         assert ahead in parts
         # and a new event continues the ids after the largest copied one
-        new_id = conn.execute(text("INSERT INTO memory_events (tenant_id, event_type, entity_type, actor) "
-                                   "VALUES ('acme', 'x', 'fact', 'test') RETURNING id")).scalar_one()
+        new_id = conn.execute(
+            text(
+                "INSERT INTO memory_events (tenant_id, event_type, entity_type, actor) "
+                "VALUES ('acme', 'x', 'fact', 'test') RETURNING id"
+            )
+        ).scalar_one()
         assert new_id == 901
         # and every index has the tenant first
         defs = conn.execute(text("SELECT indexdef FROM pg_indexes WHERE tablename = 'memory_events'")).scalars().all()
         assert len(defs) == 2 and all("(tenant_id," in d for d in defs), defs
     # and the trigger still refuses an edit and a delete, on every partition
-    for sql in ("UPDATE memory_events SET actor = 'evil' WHERE id = 2", "DELETE FROM memory_events WHERE id = 2",
-                "DELETE FROM memory_events_p2026_08 WHERE id = 2"):
+    for sql in (
+        "UPDATE memory_events SET actor = 'evil' WHERE id = 2",
+        "DELETE FROM memory_events WHERE id = 2",
+        "DELETE FROM memory_events_p2026_08 WHERE id = 2",
+    ):
         with pytest.raises(IntegrityError, match="append-only"), engine.begin() as conn:
             conn.execute(text(sql))
     # and the scrub passes
     with engine.begin() as conn:
-        assert conn.execute(text("UPDATE memory_events SET payload = memory_events_scrubbed(payload) "
-                                 "WHERE id = 2")).rowcount == 1
-        assert conn.execute(text("SELECT payload FROM memory_events WHERE id = 2")).scalar_one() == \
-            {"seq": 2, "scrubbed": True}
+        assert (
+            conn.execute(
+                text("UPDATE memory_events SET payload = memory_events_scrubbed(payload) WHERE id = 2")
+            ).rowcount
+            == 1
+        )
+        assert conn.execute(text("SELECT payload FROM memory_events WHERE id = 2")).scalar_one() == {
+            "seq": 2,
+            "scrubbed": True,
+        }
     # when it is downgraded again, then the rows come back into one table, ids going on from the largest
     db.downgrade(empty_database_url, before)
     with engine.begin() as conn:
         assert conn.execute(text("SELECT count(*), max(id) FROM memory_events")).one() == (901, 901)
         assert _partitions(conn) == {}
-        assert conn.execute(text("INSERT INTO memory_events (tenant_id, event_type, entity_type, actor) "
-                                 "VALUES ('acme', 'x', 'fact', 'test') RETURNING id")).scalar_one() == 902
+        assert (
+            conn.execute(
+                text(
+                    "INSERT INTO memory_events (tenant_id, event_type, entity_type, actor) "
+                    "VALUES ('acme', 'x', 'fact', 'test') RETURNING id"
+                )
+            ).scalar_one()
+            == 902
+        )
     engine.dispose()
 
 
@@ -96,19 +131,25 @@ def test_month_arithmetic_and_the_retention_rule():
     names = ["memory_events_p2025_10", "memory_events_p2025_11", "memory_events_p2025_12", "memory_events_default"]
     now = datetime(2026, 1, 15, 12, tzinfo=UTC)
     # then a month goes only when its last instant is older than the retention, and 0 keeps everything
-    assert partitions.expired(names, now=now, retention_days=45) == ["memory_events_p2025_10",
-                                                                       "memory_events_p2025_11"]
+    assert partitions.expired(names, now=now, retention_days=45) == ["memory_events_p2025_10", "memory_events_p2025_11"]
     assert partitions.expired(names, now=now, retention_days=46) == ["memory_events_p2025_10"]
     assert partitions.expired(names, now=now, retention_days=0) == []
     assert partitions.months_ahead(now=datetime(2026, 11, 30, 23, 59, tzinfo=UTC), ahead=2) == [
-        datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC)]
+        datetime(2026, 11, 1, tzinfo=UTC),
+        datetime(2026, 12, 1, tzinfo=UTC),
+        datetime(2027, 1, 1, tzinfo=UTC),
+    ]
     assert partitions.partition_month("memory_events_default") is None
 
 
 def _event(conn, tenant: str, at: datetime) -> int:
-    return conn.execute(text("INSERT INTO memory_events (tenant_id, event_type, entity_type, occurred_at, actor) "
-                             "VALUES (:t, 'x', 'fact', :at, 'test') RETURNING id"),
-                        {"t": tenant, "at": at}).scalar_one()
+    return conn.execute(
+        text(
+            "INSERT INTO memory_events (tenant_id, event_type, entity_type, occurred_at, actor) "
+            "VALUES (:t, 'x', 'fact', :at, 'test') RETURNING id"
+        ),
+        {"t": tenant, "at": at},
+    ).scalar_one()
 
 
 def test_the_task_creates_months_ahead_and_drops_whole_months_past_the_retention(empty_database_url):
@@ -133,13 +174,18 @@ def test_the_task_creates_months_ahead_and_drops_whole_months_past_the_retention
     with engine.begin() as conn:
         names = set(_partitions(conn))
         assert "memory_events_p2025_06" not in names and "memory_events_p2025_07" in names
-        assert conn.execute(text("SELECT count(*) FROM memory_events WHERE tenant_id = :t"), {"t": tenant}) \
-            .scalar_one() == 1
+        assert (
+            conn.execute(text("SELECT count(*) FROM memory_events WHERE tenant_id = :t"), {"t": tenant}).scalar_one()
+            == 1
+        )
         # and January 2026 to May 2026 exist (this month and four ahead), each with the tenant-first indexes
         for month in ("2026_01", "2026_02", "2026_03", "2026_04", "2026_05"):
             assert f"memory_events_p{month}" in names
-        defs = conn.execute(text("SELECT indexdef FROM pg_indexes WHERE tablename = 'memory_events_p2026_05'")) \
-            .scalars().all()
+        defs = (
+            conn.execute(text("SELECT indexdef FROM pg_indexes WHERE tablename = 'memory_events_p2026_05'"))
+            .scalars()
+            .all()
+        )
         assert len(defs) == 2 and all("(tenant_id," in d for d in defs)
         # and the new partition refuses edits like the others
         _event(conn, tenant, datetime(2026, 5, 2, tzinfo=UTC))

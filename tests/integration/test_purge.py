@@ -41,39 +41,75 @@ def embedder() -> SpyEmbedder:
 def tenant_tables(engine: Any) -> list[str]:
     """Every table of the schema with a tenant_id column (a table added later is checked without editing this);
     a partitioned table counts once, through its parent (memory_events' monthly partitions)."""
-    return [t for (t,) in rows(engine, "SELECT c.table_name FROM information_schema.columns c JOIN pg_class p ON "
-                                       "p.relname = c.table_name AND p.relnamespace = 'public'::regnamespace "
-                                       "WHERE c.table_schema = 'public' AND c.column_name = 'tenant_id' "
-                                       "AND NOT p.relispartition ORDER BY c.table_name")
-            if t not in OUTSIDE_THE_TENANT]
+    return [
+        t
+        for (t,) in rows(
+            engine,
+            "SELECT c.table_name FROM information_schema.columns c JOIN pg_class p ON "
+            "p.relname = c.table_name AND p.relnamespace = 'public'::regnamespace "
+            "WHERE c.table_schema = 'public' AND c.column_name = 'tenant_id' "
+            "AND NOT p.relispartition ORDER BY c.table_name",
+        )
+        if t not in OUTSIDE_THE_TENANT
+    ]
 
 
 def counts(engine: Any, tenant: str) -> dict[str, int]:
-    found = {t: rows(engine, f"SELECT count(*) FROM {t} WHERE tenant_id = :t", t=tenant)[0][0]
-             for t in tenant_tables(engine)}
+    found = {
+        t: rows(engine, f"SELECT count(*) FROM {t} WHERE tenant_id = :t", t=tenant)[0][0] for t in tenant_tables(engine)
+    }
     return {**found, "tenants": rows(engine, "SELECT count(*) FROM tenants WHERE id = :t", t=tenant)[0][0]}
 
 
 def seed(engine: Any, settings: Settings, embedder: SpyEmbedder) -> str:
     """A tenant with rows in every tenant-keyed table, made the way the service makes them."""
     t = new_tenant(engine)
-    [episode, *_] = store_episodes(engine, settings, embedder, t, [
-        "I live in Berlin.", "My name is Ana.", "Always confirm before sending outbound messages."])
+    [episode, *_] = store_episodes(
+        engine,
+        settings,
+        embedder,
+        t,
+        ["I live in Berlin.", "My name is Ana.", "Always confirm before sending outbound messages."],
+    )
     consolidate(engine, settings, embedder, t)
     [(rule_id,)] = rows(engine, "SELECT id FROM rules WHERE tenant_id = :t", t=t)
     with unit_of_work(engine) as conn:
-        writes.mark_rule(conn, tenant_id=t, rule_id=rule_id, outcome="helpful", reason=None, visibility=ALL,
-                         actor=Actor("test"), now=NOW, rules=settings.memory.rules)
+        writes.mark_rule(
+            conn,
+            tenant_id=t,
+            rule_id=rule_id,
+            outcome="helpful",
+            reason=None,
+            visibility=ALL,
+            actor=Actor("test"),
+            now=NOW,
+            rules=settings.memory.rules,
+        )
         create_token(conn, tenant_id=t, name="test", butlers=["*"], role="admin")
-        receipts.claim(conn, receipt=receipts.Receipt(tenant_id=t, butler="general", key="k1", tool="memory_confirm",
-                                                      entity_id=rule_id, arguments={"type": "rule"}))
-        conn.execute(text("INSERT INTO episode_vectors (episode_id, n, tenant_id, butler, embedding) "
-                          "SELECT id, 0, tenant_id, butler, embedding FROM episodes WHERE id = :e"), {"e": episode})
+        receipts.claim(
+            conn,
+            receipt=receipts.Receipt(
+                tenant_id=t,
+                butler="general",
+                key="k1",
+                tool="memory_confirm",
+                entity_id=rule_id,
+                arguments={"type": "rule"},
+            ),
+        )
+        conn.execute(
+            text(
+                "INSERT INTO episode_vectors (episode_id, n, tenant_id, butler, embedding) "
+                "SELECT id, 0, tenant_id, butler, embedding FROM episodes WHERE id = :e"
+            ),
+            {"e": episode},
+        )
     return t
 
 
-def test_purge_deletes_every_row_of_the_tenant_and_leaves_one_tombstone(engine, settings, embedder, database_url,
-                                                                        redis_url, monkeypatch, capsys):
+def test_purge_deletes_every_row_of_the_tenant_and_leaves_one_tombstone(
+    engine, settings, embedder, database_url, redis_url, monkeypatch, capsys
+):
     from memory_api.cli.main import main
 
     # given two tenants with rows in every tenant-keyed table
@@ -101,8 +137,9 @@ def test_purge_deletes_every_row_of_the_tenant_and_leaves_one_tombstone(engine, 
     assert f"purged tenant {doomed!r}: {sum(before.values())} rows deleted" in out
     assert "no tenant 'no-such-tenant'" in unknown
     # and one tombstone outside the tenant records it, with what went
-    [(who, finished, tombstone)] = rows(engine, "SELECT requested_by, finished_at IS NOT NULL, counts "
-                                                "FROM tenant_purges WHERE tenant_id = :t", t=doomed)
+    [(who, finished, tombstone)] = rows(
+        engine, "SELECT requested_by, finished_at IS NOT NULL, counts FROM tenant_purges WHERE tenant_id = :t", t=doomed
+    )
     assert who.startswith("cli:") and finished and tombstone == before
 
 
@@ -110,8 +147,10 @@ def test_only_a_purge_deletes_audit_events(engine, settings, embedder):
     # given a tenant with events, and one that was purged before (its tombstone is finished)
     t = seed(engine, settings, embedder)
     with unit_of_work(engine) as conn:
-        conn.execute(text("INSERT INTO tenant_purges (tenant_id, requested_by, finished_at) "
-                          "VALUES (:t, 'test', now())"), {"t": t})
+        conn.execute(
+            text("INSERT INTO tenant_purges (tenant_id, requested_by, finished_at) VALUES (:t, 'test', now())"),
+            {"t": t},
+        )
     # when a plain DELETE of its events is tried, then it is refused (a finished tombstone opens nothing)
     with pytest.raises(DBAPIError, match="append-only"), unit_of_work(engine) as conn:
         conn.execute(text("DELETE FROM memory_events WHERE tenant_id = :t"), {"t": t})
@@ -131,10 +170,22 @@ def test_only_a_purge_deletes_audit_events(engine, settings, embedder):
 def test_a_token_stops_resolving_at_its_expiry(engine):
     t = new_tenant(engine)
     with unit_of_work(engine) as conn:
-        _, lasting = create_token(conn, tenant_id=t, name="lasting", butlers=["health"], role="butler",
-                                  expires_at=datetime.now(UTC) + timedelta(days=30))
-        _, expired = create_token(conn, tenant_id=t, name="expired", butlers=["health"], role="butler",
-                                  expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        _, lasting = create_token(
+            conn,
+            tenant_id=t,
+            name="lasting",
+            butlers=["health"],
+            role="butler",
+            expires_at=datetime.now(UTC) + timedelta(days=30),
+        )
+        _, expired = create_token(
+            conn,
+            tenant_id=t,
+            name="expired",
+            butlers=["health"],
+            role="butler",
+            expires_at=datetime.now(UTC) - timedelta(seconds=1),
+        )
         _, forever = create_token(conn, tenant_id=t, name="forever", butlers=["health"], role="butler")
     with unit_of_work(engine) as conn:
         live = resolve_token(conn, token=lasting)
@@ -152,8 +203,10 @@ def test_tokens_create_takes_an_expiry(engine, database_url, redis_url, monkeypa
     monkeypatch.setenv("REDIS_URL", redis_url)
     handlers = logging.getLogger().handlers[:]
     try:
-        assert main(["tokens", "create", "--tenant", t, "--name", "short", "--butler", "health",
-                     "--expires-in", "12h"]) == 0
+        assert (
+            main(["tokens", "create", "--tenant", t, "--name", "short", "--butler", "health", "--expires-in", "12h"])
+            == 0
+        )
         created = capsys.readouterr().out
         with pytest.raises(SystemExit):  # argparse refuses a bad duration, naming it
             main(["tokens", "create", "--tenant", t, "--name", "bad", "--butler", "health", "--expires-in", "soon"])

@@ -22,10 +22,13 @@ def test_reembed_backfills_stale_rows_and_a_second_run_finds_nothing(engine):
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO tenants (id) VALUES (:t)"), {"t": tenant})
         old_id = embedding_version_id(conn, old)
-        conn.execute(text(
-            "INSERT INTO facts (id, tenant_id, subject, predicate, content, embedding, embedding_version_id) "
-            "VALUES (:i, :t, 'user', 'home_city', 'Lives in Lisbon', CAST(:e AS vector), :v)"),
-            {"i": fid, "t": tenant, "e": "[" + ",".join(["0.01"] * 384) + "]", "v": old_id})
+        conn.execute(
+            text(
+                "INSERT INTO facts (id, tenant_id, subject, predicate, content, embedding, embedding_version_id) "
+                "VALUES (:i, :t, 'user', 'home_city', 'Lives in Lisbon', CAST(:e AS vector), :v)"
+            ),
+            {"i": fid, "t": tenant, "e": "[" + ",".join(["0.01"] * 384) + "]", "v": old_id},
+        )
     embedder = get_embedder()
     # when the backfill runs for the current model
     done = sum(n for _, n in reembed(engine, embed=embedder.embed, version=embedder.version, batch=64))
@@ -47,19 +50,29 @@ def test_reembed_rebuilds_an_episodes_contextual_and_window_vectors(engine):
     eid, long = uuid.uuid4(), "Assistant: " + " ".join(f"item {i} goes on the packing list." for i in range(100))
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO tenants (id) VALUES (:t)"), {"t": tenant})
-        conn.execute(text(
-            "INSERT INTO episodes (id, tenant_id, butler, seq, content, preceding, embedding, embedding_version_id, "
-            "expires_at) VALUES (:i, :t, 'general', 1, :c, 'User: what do I pack?', CAST(:e AS vector), :v, "
-            "now() + interval '1 day')"),
-            {"i": eid, "t": tenant, "c": long, "e": "[" + ",".join(["0.01"] * 384) + "]",
-             "v": embedding_version_id(conn, old)})
+        conn.execute(
+            text(
+                "INSERT INTO episodes (id, tenant_id, butler, seq, content, preceding, embedding, embedding_version_id, "
+                "expires_at) VALUES (:i, :t, 'general', 1, :c, 'User: what do I pack?', CAST(:e AS vector), :v, "
+                "now() + interval '1 day')"
+            ),
+            {
+                "i": eid,
+                "t": tenant,
+                "c": long,
+                "e": "[" + ",".join(["0.01"] * 384) + "]",
+                "v": embedding_version_id(conn, old),
+            },
+        )
     embedder = get_embedder()
     # when the backfill runs
     list(reembed(engine, embed=embedder.embed, version=embedder.version, batch=64))
     # then the episode has its contextual vector (n = 0) and its windows (n >= 1), with its tenant and butler
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT n, tenant_id, butler, embedding FROM episode_vectors WHERE episode_id = :i "
-                                 "ORDER BY n"), {"i": eid}).all()
+        rows = conn.execute(
+            text("SELECT n, tenant_id, butler, embedding FROM episode_vectors WHERE episode_id = :i ORDER BY n"),
+            {"i": eid},
+        ).all()
     assert rows[0].n == 0 and len(rows) >= 3 and {(r.tenant_id, r.butler) for r in rows} == {(tenant, "general")}
     expected = embedder.embed_one("User: what do I pack?\n" + long)
     assert float(np.dot(np.array(json.loads(rows[0].embedding)), expected)) > 0.999

@@ -25,8 +25,9 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     path = tmp_path_factory.mktemp("cross-encoder")
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, num_labels=1)
+    config = BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, num_labels=1
+    )
     BertForSequenceClassification(config).save_pretrained(path)
     AutoTokenizer.from_pretrained(str(model_dir()), local_files_only=True).save_pretrained(path)
     return path
@@ -49,18 +50,37 @@ def test_search_applies_the_configured_reranker_to_its_top_hits(engine, tiny_cro
         conn.execute(text("INSERT INTO tenants (id) VALUES (:t)"), {"t": tenant})
         for i in range(12):
             write = FactWrite(subject="user", predicate=f"trip_{i}", content=f"The user plans trip {i} to the coast")
-            writes.store_fact(conn, tenant_id=tenant, fact_id=uuid.uuid4(), write=write,
-                              vector=embedder.embed_one(write.content), embedding_version_id=None, source_butler=None,
-                              actor=Actor("test"), now=datetime.now(timezone.utc))
+            writes.store_fact(
+                conn,
+                tenant_id=tenant,
+                fact_id=uuid.uuid4(),
+                write=write,
+                vector=embedder.embed_one(write.content),
+                embedding_version_id=None,
+                source_butler=None,
+                actor=Actor("test"),
+                now=datetime.now(timezone.utc),
+            )
     plain = load_settings()
-    ranked = load_settings(memory={"retrieval": {"reranker": "cross-encoder", "reranker_path": str(tiny_cross_encoder),
-                                                 "reranker_top_n": 5}})
+    ranked = load_settings(
+        memory={
+            "retrieval": {"reranker": "cross-encoder", "reranker_path": str(tiny_cross_encoder), "reranker_top_n": 5}
+        }
+    )
 
     def search(settings) -> list:  # noqa: ANN001
-        reader = Reader(engine=engine, settings=settings, embed=embedder.embed_one,
-                        count_tokens=get_token_counter().count_many)
-        return reader.search(tenant_id=tenant, visibility=ALL, query="trips to the coast", types=["fact"],
-                             mode="hybrid", limit=10, min_confidence=None)
+        reader = Reader(
+            engine=engine, settings=settings, embed=embedder.embed_one, count_tokens=get_token_counter().count_many
+        )
+        return reader.search(
+            tenant_id=tenant,
+            visibility=ALL,
+            query="trips to the coast",
+            types=["fact"],
+            mode="hybrid",
+            limit=10,
+            min_confidence=None,
+        )
 
     # when the same search runs without and with it
     first, second = search(plain), search(ranked)

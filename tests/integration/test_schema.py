@@ -112,7 +112,10 @@ def test_memory_events_refuse_update_and_delete(conn, tenant):
         text("INSERT INTO memory_events (tenant_id, event_type, entity_type, actor) VALUES (:t, 'x', 'fact', 'test')"),
         {"t": tenant},
     )
-    for sql in ("UPDATE memory_events SET actor = 'evil' WHERE tenant_id = :t", "DELETE FROM memory_events WHERE tenant_id = :t"):
+    for sql in (
+        "UPDATE memory_events SET actor = 'evil' WHERE tenant_id = :t",
+        "DELETE FROM memory_events WHERE tenant_id = :t",
+    ):
         with pytest.raises(IntegrityError, match="append-only"):
             with conn.begin_nested():
                 conn.execute(text(sql), {"t": tenant})
@@ -130,8 +133,12 @@ def test_vector_indexes_are_hnsw_cosine(conn):
     rows = conn.execute(
         text("SELECT indexname, indexdef FROM pg_indexes WHERE indexdef LIKE '%vector_cosine_ops%'")
     ).all()
-    assert {r.indexname for r in rows} == {"idx_episodes_embedding", "idx_facts_embedding", "idx_rules_embedding",
-                                           "idx_episode_vectors_embedding"}
+    assert {r.indexname for r in rows} == {
+        "idx_episodes_embedding",
+        "idx_facts_embedding",
+        "idx_rules_embedding",
+        "idx_episode_vectors_embedding",
+    }
     assert all("USING hnsw" in r.indexdef for r in rows)
 
 
@@ -163,14 +170,21 @@ def test_fact_and_rule_vectors_index_only_live_rows_and_reads_still_use_them(con
     # given the schema: the facts' and rules' HNSW indexes hold only active and fading rows, so a row the decay
     # sweep expires (or a supersession, a retraction) is not inserted into the graph again
     for table in ("facts", "rules"):
-        indexdef = conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"),
-                                {"n": f"idx_{table}_embedding"}).scalar_one()
+        indexdef = conn.execute(
+            text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": f"idx_{table}_embedding"}
+        ).scalar_one()
         assert "USING hnsw" in indexdef and "WHERE (validity = ANY (ARRAY['active'::text, 'fading'::text]))" in indexdef
         # when a nearest-neighbour search filters on live rows, as every read and dedup lookup does (their tenant
         # filter is left out here: on an empty test table the planner would rather scan the tenant's btree)
         conn.execute(text("SET LOCAL enable_sort = off"))  # only an ordered index scan can serve it then
-        plan = "\n".join(conn.execute(text(
-            f"EXPLAIN SELECT id FROM {table} x WHERE x.validity IN ('active', 'fading') "
-            f"ORDER BY x.embedding <=> CAST(:v AS vector) LIMIT 5"), {"v": ZERO_VEC}).scalars())
+        plan = "\n".join(
+            conn.execute(
+                text(
+                    f"EXPLAIN SELECT id FROM {table} x WHERE x.validity IN ('active', 'fading') "
+                    f"ORDER BY x.embedding <=> CAST(:v AS vector) LIMIT 5"
+                ),
+                {"v": ZERO_VEC},
+            ).scalars()
+        )
         # then the planner proves the index's predicate and uses it
         assert f"idx_{table}_embedding" in plan, plan

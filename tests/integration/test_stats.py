@@ -19,41 +19,81 @@ SETTINGS = load_settings()
 
 
 def _fact(conn, tenant, *, validity="active", permanence="standard", rate=0.0, age_days=0.0, conf=1.0, scope="global"):
-    conn.execute(text(
-        "INSERT INTO facts (id, tenant_id, subject, predicate, content, embedding, validity, permanence, decay_rate, "
-        "confidence, scope, last_confirmed_at) VALUES (:id, :t, 's', :p, 'c', CAST(:e AS vector), :v, :perm, :r, :c, "
-        ":sc, :at)"
-    ), {"id": uuid.uuid4(), "t": tenant, "p": uuid.uuid4().hex, "e": VEC, "v": validity, "perm": permanence,
-        "r": rate, "c": conf, "sc": scope, "at": NOW - timedelta(days=age_days)})
+    conn.execute(
+        text(
+            "INSERT INTO facts (id, tenant_id, subject, predicate, content, embedding, validity, permanence, decay_rate, "
+            "confidence, scope, last_confirmed_at) VALUES (:id, :t, 's', :p, 'c', CAST(:e AS vector), :v, :perm, :r, :c, "
+            ":sc, :at)"
+        ),
+        {
+            "id": uuid.uuid4(),
+            "t": tenant,
+            "p": uuid.uuid4().hex,
+            "e": VEC,
+            "v": validity,
+            "perm": permanence,
+            "r": rate,
+            "c": conf,
+            "sc": scope,
+            "at": NOW - timedelta(days=age_days),
+        },
+    )
 
 
 def _rule(conn, tenant, *, maturity="candidate", success=0, harmful=0, eff=0.0, scope="global", validity="active"):
-    conn.execute(text(
-        "INSERT INTO rules (id, tenant_id, content, embedding, maturity, success_count, harmful_count, "
-        "effectiveness_score, scope, validity) VALUES (:id, :t, 'r', CAST(:e AS vector), :m, :s, :h, :eff, :sc, :v)"
-    ), {"id": uuid.uuid4(), "t": tenant, "e": VEC, "m": maturity, "s": success, "h": harmful, "eff": eff,
-        "sc": scope, "v": validity})
+    conn.execute(
+        text(
+            "INSERT INTO rules (id, tenant_id, content, embedding, maturity, success_count, harmful_count, "
+            "effectiveness_score, scope, validity) VALUES (:id, :t, 'r', CAST(:e AS vector), :m, :s, :h, :eff, :sc, :v)"
+        ),
+        {
+            "id": uuid.uuid4(),
+            "t": tenant,
+            "e": VEC,
+            "m": maturity,
+            "s": success,
+            "h": harmful,
+            "eff": eff,
+            "sc": scope,
+            "v": validity,
+        },
+    )
 
 
 def _episode(conn, tenant, *, butler="health", status="pending", age_seconds=0.0):
-    insert_episode(conn, tenant, butler=butler, status=status, created_at=NOW - timedelta(seconds=age_seconds),
-                   expires_at=NOW + timedelta(days=7))
+    insert_episode(
+        conn,
+        tenant,
+        butler=butler,
+        status=status,
+        created_at=NOW - timedelta(seconds=age_seconds),
+        expires_at=NOW + timedelta(days=7),
+    )
 
 
 def _intent(conn, tenant, *, butler="health", status="pending", age_seconds=0.0):
     seq = next_seq(conn, tenant, butler)
-    conn.execute(text(
-        "INSERT INTO write_intents (id, tenant_id, butler, seq, kind, payload, actor, status, created_at) "
-        "VALUES (:id, :t, :b, :seq, 'episode', '{}', 'test', :st, :c)"
-    ), {"id": uuid.uuid4(), "t": tenant, "b": butler, "seq": seq, "st": status,
-        "c": NOW - timedelta(seconds=age_seconds)})
+    conn.execute(
+        text(
+            "INSERT INTO write_intents (id, tenant_id, butler, seq, kind, payload, actor, status, created_at) "
+            "VALUES (:id, :t, :b, :seq, 'episode', '{}', 'test', :st, :c)"
+        ),
+        {
+            "id": uuid.uuid4(),
+            "t": tenant,
+            "b": butler,
+            "seq": seq,
+            "st": status,
+            "c": NOW - timedelta(seconds=age_seconds),
+        },
+    )
 
 
 def test_stats_counts_states_bands_and_backlog(conn, tenant):
     # given facts across states and confidence bands
-    _fact(conn, tenant, permanence="permanent")                         # 1.0
-    _fact(conn, tenant, conf=0.6)                                       # 0.6
-    _fact(conn, tenant, conf=0.8)                                       # 0.8 (upper bound inclusive)
+    _fact(conn, tenant, permanence="permanent")  # 1.0
+    _fact(conn, tenant, conf=0.6)  # 0.6
+    _fact(conn, tenant, conf=0.8)  # 0.8 (upper bound inclusive)
     _fact(conn, tenant, rate=0.03, age_days=40, permanence="volatile")  # 0.30
     _fact(conn, tenant, rate=0.1, age_days=30, permanence="ephemeral")  # 0.05: active, not swept yet
     _fact(conn, tenant, validity="fading", permanence="stable")
@@ -109,27 +149,39 @@ def test_stats_scope_narrows_to_global_plus_scope_and_the_butlers_episodes(conn,
 
 
 def _samples(body: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(body) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
 
 
 def test_the_last_run_of_each_maintenance_task_is_the_operators_not_a_tenants(conn, tenant):
     # given a task whose newest run died mid-run after an older one finished
-    conn.execute(text("INSERT INTO maintenance_runs (task, tick, started_at, finished_at, summary) VALUES "
-                      "('memory.t1', 'a', :day_ago, :day_ago, '{}'), "
-                      "('memory.t1', 'b', :hour_ago, NULL, '{\"batches\": 2}')"),
-                 {"day_ago": NOW - timedelta(days=1), "hour_ago": NOW - timedelta(hours=1)})
+    conn.execute(
+        text(
+            "INSERT INTO maintenance_runs (task, tick, started_at, finished_at, summary) VALUES "
+            "('memory.t1', 'a', :day_ago, :day_ago, '{}'), "
+            "('memory.t1', 'b', :hour_ago, NULL, '{\"batches\": 2}')"
+        ),
+        {"day_ago": NOW - timedelta(days=1), "hour_ago": NOW - timedelta(hours=1)},
+    )
     runs = stats_mod.last_maintenance_runs(conn)
     assert runs["memory.t1"]["tick"] == "b" and runs["memory.t1"]["summary"] == {"batches": 2}
     # then the gauges show the newest start, its missing finish, and the older success
     times = stats_mod.maintenance_times(conn)["memory.t1"]
-    assert times == {"started_at": (NOW - timedelta(hours=1)).timestamp(), "finished_at": None,
-                     "succeeded_at": (NOW - timedelta(days=1)).timestamp()}
+    assert times == {
+        "started_at": (NOW - timedelta(hours=1)).timestamp(),
+        "finished_at": None,
+        "succeeded_at": (NOW - timedelta(days=1)).timestamp(),
+    }
     body = telemetry.scrape_text(telemetry.maintenance_families({"memory.t1": times}, {"memory.t1": 3600.0})).decode()
     samples = _samples(body)
     assert samples[("memory_butler_maintenance_last_started_seconds", (("task", "memory.t1"),))] == times["started_at"]
     assert samples[("memory_butler_maintenance_last_finished_seconds", (("task", "memory.t1"),))] == 0.0
-    assert samples[("memory_butler_maintenance_last_success_seconds", (("task", "memory.t1"),))] == times["succeeded_at"]
+    assert (
+        samples[("memory_butler_maintenance_last_success_seconds", (("task", "memory.t1"),))] == times["succeeded_at"]
+    )
     assert samples[("memory_butler_maintenance_period_seconds", (("task", "memory.t1"),))] == 3600.0
     # fleet-wide rows (with their raw summaries) are not part of a tenant's memory_stats (issue 16, A2)
     assert "maintenance" not in stats_mod.stats(conn, tenant_id=tenant, scope=None, now=NOW, settings=SETTINGS)
@@ -158,7 +210,9 @@ def test_gauges_per_shard_key_and_their_exposition(conn, tenant):
     assert samples[("memory_butler_backlog", h)] == 2
     assert samples[("memory_butler_oldest_pending_seconds", h)] == 120
     assert samples[("memory_butler_backlog_age_p95_seconds", h)] == 999
-    assert samples[("memory_butler_dead_letters", (("butler", "health"), ("kind", "episode"), ("tenant_id", tenant)))] == 1
+    assert (
+        samples[("memory_butler_dead_letters", (("butler", "health"), ("kind", "episode"), ("tenant_id", tenant)))] == 1
+    )
     assert samples[("memory_butler_pending_intents", c)] == 0
     sample = re.compile(r'^[a-z_0-9]+\{(?:[a-z_]+="(?:[^"\\]|\\.)*",?)+\} -?[0-9.e+]+$')
     for line in body.splitlines():
@@ -167,9 +221,17 @@ def test_gauges_per_shard_key_and_their_exposition(conn, tenant):
 
 
 def test_prometheus_labels_are_escaped():
-    row = {"tenant_id": 'a"b\\c', "butler": "x\ny", "backlog": 1, "oldest_pending_seconds": 1.5,
-           "backlog_age_p95_seconds": 2, "dead_letter_episodes": 0, "dead_letter_intents": 0, "pending_intents": 0,
-           "oldest_intent_seconds": 0}
+    row = {
+        "tenant_id": 'a"b\\c',
+        "butler": "x\ny",
+        "backlog": 1,
+        "oldest_pending_seconds": 1.5,
+        "backlog_age_p95_seconds": 2,
+        "dead_letter_episodes": 0,
+        "dead_letter_intents": 0,
+        "pending_intents": 0,
+        "oldest_intent_seconds": 0,
+    }
     body = telemetry.scrape_text(telemetry.key_families([row])).decode()
     assert 'tenant_id="a\\"b\\\\c"' in body and 'butler="x\\ny"' in body
     labels = (("butler", "x\ny"), ("tenant_id", 'a"b\\c'))

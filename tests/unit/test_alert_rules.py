@@ -17,7 +17,8 @@ RULES_DIR = ROOT / "deploy" / "prometheus"
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None and not os.environ.get("CI"),
-    reason="promtool not installed (Debian's prometheus package; `bash deploy/dev.sh install` adds it)")
+    reason="promtool not installed (Debian's prometheus package; `bash deploy/dev.sh install` adds it)",
+)
 
 
 def _alerts() -> set[str]:
@@ -59,7 +60,14 @@ def test_every_alert_has_a_firing_and_a_non_firing_case():
 
 def test_seed_alerts_are_all_there():
     # seed 001 §9.3: backlog age (and an early warning), read error spikes, sweeps, dead letters, DB, replicas
-    assert {"MemoryButlerBacklogAgeBreach", "MemoryButlerBacklogStalled", "MemoryButlerReadErrorRate",
-            "MemoryButlerScheduleSkipped", "MemoryButlerSweepFailing", "MemoryButlerDeadLetters",
-            "MemoryButlerDatabaseConnectionsSaturated", "MemoryButlerCandidateStatementSlow",
-            "MemoryButlerReplicaLag"} <= _alerts()
+    assert {
+        "MemoryButlerBacklogAgeBreach",
+        "MemoryButlerBacklogStalled",
+        "MemoryButlerReadErrorRate",
+        "MemoryButlerScheduleSkipped",
+        "MemoryButlerSweepFailing",
+        "MemoryButlerDeadLetters",
+        "MemoryButlerDatabaseConnectionsSaturated",
+        "MemoryButlerCandidateStatementSlow",
+        "MemoryButlerReplicaLag",
+    } <= _alerts()

@@ -23,7 +23,11 @@ def test_no_detector_fires_on_ordinary_conversation_text(texts: list[str]) -> No
     hits = bench_redaction.false_positives(texts)
     # then none of the checksum- or shape-based detectors fires, and every e-mail/phone hit holds one for real
     assert {name: len(found) for name, found in hits.items() if name not in ("email", "phone")} == {
-        "secret": 0, "iban": 0, "card": 0, "national_id": 0}
+        "secret": 0,
+        "iban": 0,
+        "card": 0,
+        "national_id": 0,
+    }
     assert all("@" in original for _, original in hits["email"])
     assert all(any(ch.isdigit() for ch in original) for _, original in hits["phone"])
     p50, p95, mean = bench_redaction.cost_us(texts[:200], rounds=1)

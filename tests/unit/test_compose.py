@@ -48,9 +48,11 @@ def _workers() -> list[str]:
 
 def _depends(service: str) -> dict[str, str]:
     depends = SERVICES[service].get("depends_on", {})
-    return {name: "service_started" for name in depends} if isinstance(depends, list) else {
-        name: spec.get("condition", "service_started") for name, spec in depends.items()
-    }
+    return (
+        {name: "service_started" for name in depends}
+        if isinstance(depends, list)
+        else {name: spec.get("condition", "service_started") for name, spec in depends.items()}
+    )
 
 
 def _cli_commands() -> set[str]:
@@ -155,8 +157,12 @@ def test_dockerfile_installs_cpu_torch_then_the_project():
 
 
 # Written as one inline table each ({ cron = ..., prompt = ... }), so documented as one key.
-SCHEDULE_ENTRIES = {"schedule.consolidate", "schedule.decay_sweep", "schedule.episode_cleanup",
-                    "schedule.event_partitions"}
+SCHEDULE_ENTRIES = {
+    "schedule.consolidate",
+    "schedule.decay_sweep",
+    "schedule.episode_cleanup",
+    "schedule.event_partitions",
+}
 
 
 def _keys(model: type[BaseModel], prefix: str = "") -> set[str]:
@@ -194,19 +200,33 @@ def test_example_butler_toml_documents_every_key_with_its_default(monkeypatch, t
     butler = tomllib.loads(example.read_text())["butler"]
     documented = _toml_keys({k: v for k, v in butler.items() if k not in ("name", "description", "db")})
     documented = {"api.port" if key == "port" else key for key in documented}
-    assert documented == _keys(Settings) - {"database_url", "redis_url", "data_dir", "workers.metrics_dir", "database_read_url"}
+    assert documented == _keys(Settings) - {
+        "database_url",
+        "redis_url",
+        "data_dir",
+        "workers.metrics_dir",
+        "database_read_url",
+    }
 
 
 def test_the_shared_front_limits_each_token_and_the_embedded_stack_does_not():
     env = SERVICES["front"]["environment"]
     assert env["DATABASE_URL"] == SERVICES["migrate"]["environment"]["DATABASE_URL"]
-    api = Settings(**{"api": {"token_rate_per_second": float(env["MEMORY_BUTLER_API__TOKEN_RATE_PER_SECOND"]),
-                              "token_burst": int(env["MEMORY_BUTLER_API__TOKEN_BURST"]),
-                              "token_max_concurrent": int(env["MEMORY_BUTLER_API__TOKEN_MAX_CONCURRENT"])}}).api
+    api = Settings(
+        **{
+            "api": {
+                "token_rate_per_second": float(env["MEMORY_BUTLER_API__TOKEN_RATE_PER_SECOND"]),
+                "token_burst": int(env["MEMORY_BUTLER_API__TOKEN_BURST"]),
+                "token_max_concurrent": int(env["MEMORY_BUTLER_API__TOKEN_MAX_CONCURRENT"]),
+            }
+        }
+    ).api
     assert api.token_rate_per_second > 0 and api.token_burst > 0 and api.token_max_concurrent > 0
     assert set(k for k in env if k.startswith("MEMORY_BUTLER_API__")) == {
-        "MEMORY_BUTLER_API__TOKEN_RATE_PER_SECOND", "MEMORY_BUTLER_API__TOKEN_BURST",
-        "MEMORY_BUTLER_API__TOKEN_MAX_CONCURRENT"}
+        "MEMORY_BUTLER_API__TOKEN_RATE_PER_SECOND",
+        "MEMORY_BUTLER_API__TOKEN_BURST",
+        "MEMORY_BUTLER_API__TOKEN_MAX_CONCURRENT",
+    }
     default = load_settings().api
     assert (default.token_rate_per_second, default.token_burst, default.token_max_concurrent) == (0, 0, 0)
 
@@ -253,21 +273,33 @@ def test_prometheus_scrapes_every_worker_node_on_its_metrics_port():
         assert env["MEMORY_BUTLER_WORKERS__METRICS_HOST"] == "0.0.0.0"  # reachable from the prometheus container
         assert "9150" not in " ".join(SERVICES[worker].get("ports", []))  # and from nowhere else
         # the metrics settings are real settings of the worker
-        load_settings(workers={"metrics_port": int(env["MEMORY_BUTLER_WORKERS__METRICS_PORT"]),
-                               "metrics_host": env["MEMORY_BUTLER_WORKERS__METRICS_HOST"]})
+        load_settings(
+            workers={
+                "metrics_port": int(env["MEMORY_BUTLER_WORKERS__METRICS_PORT"]),
+                "metrics_host": env["MEMORY_BUTLER_WORKERS__METRICS_HOST"],
+            }
+        )
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None and not os.environ.get("CI"),
-                    reason="promtool not installed (Debian's prometheus package; `bash deploy/dev.sh install`)")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None and not os.environ.get("CI"),
+    reason="promtool not installed (Debian's prometheus package; `bash deploy/dev.sh install`)",
+)
 def test_promtool_accepts_the_prometheus_config(tmp_path):
     # given the config with its /etc/prometheus paths pointed at a copy of deploy/prometheus (and a token file)
     for name in ("alerts.yml", "prometheus.yml"):
-        (tmp_path / name).write_text((ROOT / "deploy" / "prometheus" / name).read_text()
-                                     .replace("/etc/prometheus/", f"{tmp_path}/"))
+        (tmp_path / name).write_text(
+            (ROOT / "deploy" / "prometheus" / name).read_text().replace("/etc/prometheus/", f"{tmp_path}/")
+        )
     (tmp_path / "operator.token").write_text("mb_placeholder\n")
     # then promtool accepts it and the rules it names
-    done = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True,
-                          text=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -277,8 +309,14 @@ def test_a_streaming_replica_is_made_from_the_primary_with_pg_basebackup():
     assert replica["image"] == SERVICES["postgres"]["image"]
     script = " ".join(_command("postgres-replica"))
     # then its first start copies the primary, writes the standby settings and streams from the primary's slot
-    for part in ("pg_basebackup", "--host=postgres", "--username=replicator", "--wal-method=stream",
-                 "--write-recovery-conf", "--slot=replica_1"):
+    for part in (
+        "pg_basebackup",
+        "--host=postgres",
+        "--username=replicator",
+        "--wal-method=stream",
+        "--write-recovery-conf",
+        "--slot=replica_1",
+    ):
         assert part in script, part
     assert 'if [ ! -s "$$PGDATA/PG_VERSION" ]' in script  # later starts resume, never copy over their data
     assert "hot_standby=on" in script
@@ -300,8 +338,10 @@ def test_the_primary_admits_the_replica():
     assert "host replication replicator all scram-sha-256" in script
     # and the primary bounds the WAL a lost replica can hold back
     assert any(part.startswith("max_slot_wal_keep_size=") for part in _command("postgres"))
-    assert SERVICES["postgres"]["environment"]["REPLICATION_PASSWORD"] == \
-        SERVICES["postgres-replica"]["environment"]["PGPASSWORD"]
+    assert (
+        SERVICES["postgres"]["environment"]["REPLICATION_PASSWORD"]
+        == SERVICES["postgres-replica"]["environment"]["PGPASSWORD"]
+    )
 
 
 def test_only_the_front_reads_from_the_replica_and_it_does_not_wait_for_it():

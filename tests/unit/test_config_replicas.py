@@ -14,10 +14,16 @@ def test_no_read_url_means_every_read_goes_to_the_primary():
 
 
 def test_one_or_more_replicas_comma_separated():
-    settings = load_settings(database_url=PRIMARY, database_read_url=(
-        "postgresql://memory:secret@replica-1:5432/butler_memory, postgres://memory:secret@replica-2/butler_memory"))
-    assert settings.read_urls == ("postgresql://memory:secret@replica-1:5432/butler_memory",
-                                  "postgres://memory:secret@replica-2/butler_memory")
+    settings = load_settings(
+        database_url=PRIMARY,
+        database_read_url=(
+            "postgresql://memory:secret@replica-1:5432/butler_memory, postgres://memory:secret@replica-2/butler_memory"
+        ),
+    )
+    assert settings.read_urls == (
+        "postgresql://memory:secret@replica-1:5432/butler_memory",
+        "postgres://memory:secret@replica-2/butler_memory",
+    )
 
 
 def test_the_environment_variable_is_read(monkeypatch):

@@ -22,11 +22,23 @@ def words(texts: Sequence[str]) -> list[int]:
 
 
 def hits(kind: str, n: int, *, length: int = 8, maturity: str = "candidate", start: int = 0) -> list[Hit]:
-    return [Hit.model_construct(
-        type=kind, id=uuid.UUID(int=start + i), content=" ".join([f"{kind}{i}"] * length), score=1.0 - i / 1000,
-        relevance=1.0, created_at=NOW - timedelta(hours=i + 1), last_confirmed_at=NOW - timedelta(days=12),
-        permanence="stable", maturity=maturity, scope="global", importance=5.0, content_tokens=None)
-        for i in range(n)]
+    return [
+        Hit.model_construct(
+            type=kind,
+            id=uuid.UUID(int=start + i),
+            content=" ".join([f"{kind}{i}"] * length),
+            score=1.0 - i / 1000,
+            relevance=1.0,
+            created_at=NOW - timedelta(hours=i + 1),
+            last_confirmed_at=NOW - timedelta(days=12),
+            permanence="stable",
+            maturity=maturity,
+            scope="global",
+            importance=5.0,
+            content_tokens=None,
+        )
+        for i in range(n)
+    ]
 
 
 def ids(block, section: str) -> list[str]:
@@ -34,11 +46,19 @@ def ids(block, section: str) -> list[str]:
 
 
 def test_ages_use_the_seeds_units():
-    assert [age(NOW - delta, NOW) for delta in (timedelta(seconds=45), timedelta(minutes=12), timedelta(hours=2),
-                                                timedelta(days=12), timedelta(days=400))] == \
-        ["45s", "12m", "2h", "12d", "400d"]
-    line = build(facts=hits("fact", 1), rules=[], episodes=[], budget=100, quotas=SectionQuotas(), count=words,
-                 now=NOW).text.splitlines()[-1]
+    assert [
+        age(NOW - delta, NOW)
+        for delta in (
+            timedelta(seconds=45),
+            timedelta(minutes=12),
+            timedelta(hours=2),
+            timedelta(days=12),
+            timedelta(days=400),
+        )
+    ] == ["45s", "12m", "2h", "12d", "400d"]
+    line = build(
+        facts=hits("fact", 1), rules=[], episodes=[], budget=100, quotas=SectionQuotas(), count=words, now=NOW
+    ).text.splitlines()[-1]
     assert line.endswith("[stable, confirmed 12d ago]")
 
 
@@ -53,8 +73,9 @@ def spent(block) -> int:
 def test_when_every_section_has_plenty_each_keeps_its_share():
     # given far more candidates than the budget holds in every section, and no anti-patterns
     facts, rules, episodes = hits("fact", 100), hits("rule", 100, start=1000), hits("episode", 100, start=2000)
-    block = build(facts=facts, rules=rules, episodes=episodes, budget=1000, quotas=SectionQuotas(), count=words,
-                  now=NOW)
+    block = build(
+        facts=facts, rules=rules, episodes=episodes, budget=1000, quotas=SectionQuotas(), count=words, now=NOW
+    )
     # then each section fills its share and no more: facts 500 -> (500-7)//14 = 35, 3 left over; rules 0.75 of 300
     # + 3 -> (228-7)//12 = 18, 5 left; the warnings' 75 + 5 flow on to episodes: 200 + 80 -> (280-7)//12 = 22
     assert {name: len(chosen) for name, chosen in block.included.items()} == {"facts": 35, "rules": 18, "episodes": 22}
@@ -70,27 +91,36 @@ def test_spare_budget_goes_back_to_the_sections_that_were_cut():
     assert 1000 - 12 < spent(block) <= 1000
     assert len(ids(block, "rules")) == 18 and len(ids(block, "facts")) > 35
     # and each section is still its candidates' top ranks, in rank order
-    assert ids(block, "facts") == [str(h.id) for h in facts[:len(ids(block, "facts"))]]
-    assert ids(block, "rules") == [str(h.id) for h in rules[:len(ids(block, "rules"))]]
+    assert ids(block, "facts") == [str(h.id) for h in facts[: len(ids(block, "facts"))]]
+    assert ids(block, "rules") == [str(h.id) for h in rules[: len(ids(block, "rules"))]]
     assert block.dropped == 200 - len(ids(block, "facts")) - len(ids(block, "rules"))
 
 
 @settings(max_examples=200, deadline=None)
-@given(budget=st.integers(50, 3000), n_facts=st.integers(0, 60), n_rules=st.integers(0, 30),
-       n_warnings=st.integers(0, 10), n_episodes=st.integers(0, 30), length=st.integers(1, 200))
-def test_the_block_never_exceeds_its_budget_and_keeps_rank_order(budget, n_facts, n_rules, n_warnings, n_episodes,
-                                                                 length):
+@given(
+    budget=st.integers(50, 3000),
+    n_facts=st.integers(0, 60),
+    n_rules=st.integers(0, 30),
+    n_warnings=st.integers(0, 10),
+    n_episodes=st.integers(0, 30),
+    length=st.integers(1, 200),
+)
+def test_the_block_never_exceeds_its_budget_and_keeps_rank_order(
+    budget, n_facts, n_rules, n_warnings, n_episodes, length
+):
     facts = hits("fact", n_facts, length=length)
     rules = hits("rule", n_rules, length=length, start=1000) + hits(
-        "rule", n_warnings, length=length, maturity="anti_pattern", start=2000)
+        "rule", n_warnings, length=length, maturity="anti_pattern", start=2000
+    )
     episodes = hits("episode", n_episodes, length=length, start=3000)
-    block = build(facts=facts, rules=rules, episodes=episodes, budget=budget, quotas=SectionQuotas(), count=words,
-                  now=NOW)
+    block = build(
+        facts=facts, rules=rules, episodes=episodes, budget=budget, quotas=SectionQuotas(), count=words, now=NOW
+    )
     assert words([block.text])[0] == block.tokens <= budget
     assert all(n <= MAX_LINE_TOKENS for n in words(block.text.splitlines()))
     ranked = {"facts": facts, "rules": rules[:n_rules], "warnings": rules[n_rules:], "episodes": episodes}
     for section, chosen in block.included.items():
-        assert chosen == [str(h.id) for h in ranked[section][:len(chosen)]], section
+        assert chosen == [str(h.id) for h in ranked[section][: len(chosen)]], section
     assert block.dropped == n_facts + n_rules + n_warnings + n_episodes - sum(map(len, block.included.values()))
 
 
@@ -99,9 +129,20 @@ def test_a_fact_line_names_its_subject_when_its_content_does_not():
         [hit] = hits("fact", 1)
         return hit.model_copy(update={"subject": subject, "content": content})
 
-    lines = [line_for(fact(subject, content), NOW) for subject, content in (
-        ("maria", "lives in Porto"), ("Maria", "Maria lives in Porto"), ("user", "User's name is John"),
-        ("user", "Allergic to peanuts"), ("Anna Lopez", "Anna Lopez is the user's wife"))]
+    lines = [
+        line_for(fact(subject, content), NOW)
+        for subject, content in (
+            ("maria", "lives in Porto"),
+            ("Maria", "Maria lives in Porto"),
+            ("user", "User's name is John"),
+            ("user", "Allergic to peanuts"),
+            ("Anna Lopez", "Anna Lopez is the user's wife"),
+        )
+    ]
     assert [line.removesuffix(" [stable, confirmed 12d ago]") for line in lines] == [
-        "- maria: lives in Porto", "- Maria lives in Porto", "- User's name is John", "- user: Allergic to peanuts",
-        "- Anna Lopez is the user's wife"]
+        "- maria: lives in Porto",
+        "- Maria lives in Porto",
+        "- User's name is John",
+        "- user: Allergic to peanuts",
+        "- Anna Lopez is the user's wife",
+    ]

@@ -15,8 +15,7 @@ from shared.protection import keyring, protect, surrogate
 from shared.schemas import EpisodeWrite, FactWrite, parse
 
 K1, K2 = new_key(), new_key()
-ENC = EncryptionSettings(predicates=["allergic_to", "medical condition"], keys={"k1": K1, "k2": K2},
-                         active_key="k1")
+ENC = EncryptionSettings(predicates=["allergic_to", "medical condition"], keys={"k1": K1, "k2": K2}, active_key="k1")
 RED = RedactionSettings()
 
 
@@ -49,14 +48,14 @@ def test_tampered_or_unknown_key_does_not_open() -> None:
 
 
 def test_a_listed_predicate_is_sealed_behind_a_surrogate() -> None:
-    write = parse(FactWrite, {"subject": "user", "predicate": "medical condition",
-                              "content": "Type 1 diabetes, mail a@b.io"})
+    write = parse(
+        FactWrite, {"subject": "user", "predicate": "medical condition", "content": "Type 1 diabetes, mail a@b.io"}
+    )
     out = protect(write, tenant_id="t1", redaction=RED, encryption=ENC)
     # content: the surrogate; the plaintext (redacted first) is in the sealed blob under the active key
     assert out.content == surrogate("medical_condition") == "[ENCRYPTED medical_condition]"
     assert out.sealed is not None and out.sealed.key_id == "k1"
-    opened = keyring(ENC).open(Sealed("k1", base64.b64decode(out.sealed.blob)),
-                               aad=context("t1", "medical_condition"))
+    opened = keyring(ENC).open(Sealed("k1", base64.b64decode(out.sealed.blob)), aad=context("t1", "medical_condition"))
     assert opened == "Type 1 diabetes, mail [EMAIL]" and out.metadata["redactions"] == {"email": 1}
     # and the write crosses the outbox as JSON intact (task payloads are JSON)
     assert parse(FactWrite, json.loads(json.dumps(out.model_dump(mode="json")))) == out
@@ -68,12 +67,13 @@ def test_a_set_predicates_value_is_blinded_stably() -> None:
         return protect(write, tenant_id=tenant, redaction=RED, encryption=enc).predicate
 
     blinded = stored("penicillin")
-    assert blinded.startswith("allergic_to_") and "penicillin" not in blinded and len(blinded) == len("allergic_to_") + 16
+    assert (
+        blinded.startswith("allergic_to_") and "penicillin" not in blinded and len(blinded) == len("allergic_to_") + 16
+    )
     # the same value blinds the same way (supersession by key still works), another value or tenant differently
     assert stored("penicillin") == blinded and stored("peanuts") != blinded and stored("penicillin", "t2") != blinded
     # and a rotation of the active key does not change it when index_key stays
-    rotated = EncryptionSettings(predicates=ENC.predicates, keys={"k1": K1, "k2": K2}, active_key="k2",
-                                 index_key="k1")
+    rotated = EncryptionSettings(predicates=ENC.predicates, keys={"k1": K1, "k2": K2}, active_key="k2", index_key="k1")
     assert stored("penicillin", enc=rotated) == blinded
 
 
@@ -89,8 +89,9 @@ def test_key_settings_are_checked_at_start() -> None:
         load_settings(encryption={"keys": {"k1": base64.b64encode(b"short").decode()}})
     with pytest.raises(ConfigError, match="active_key"):
         load_settings(encryption={"predicates": ["diagnosis"], "keys": {"k1": K1}, "active_key": "k2"})
-    assert load_settings(encryption={"predicates": ["Medical Condition"], "keys": {"k1": K1},
-                                     "active_key": "k1"}).encryption.predicates == ["medical_condition"]
+    assert load_settings(
+        encryption={"predicates": ["Medical Condition"], "keys": {"k1": K1}, "active_key": "k1"}
+    ).encryption.predicates == ["medical_condition"]
     assert K1 not in repr(load_settings(encryption={"keys": {"k1": K1}}))
 
 

@@ -22,11 +22,14 @@ NAME = re.compile(r"\b(memory_butler_[a-z0-9_]+)")
 def exposed() -> set[str]:
     """Every sample name /metrics or a worker node can show: the process metrics and the scrape-time gauges."""
     row = {field: 0 for _, _, series in telemetry.KEY_GAUGES for field, _ in series} | {"tenant_id": "t", "butler": "b"}
-    families = [*telemetry.key_families([row]),
-                *telemetry.maintenance_families({"t": {"started_at": 1.0, "finished_at": 1.0, "succeeded_at": 1.0}},
-                                                {"t": 60.0}),
-                *telemetry.fleet_families(queue_depths={"q": 0}, db={"connections": 1, "max_connections": 2}),
-                *telemetry.front_families(database_up=True, pool_checked_out=0)]
+    families = [
+        *telemetry.key_families([row]),
+        *telemetry.maintenance_families(
+            {"t": {"started_at": 1.0, "finished_at": 1.0, "succeeded_at": 1.0}}, {"t": 60.0}
+        ),
+        *telemetry.fleet_families(queue_depths={"q": 0}, db={"connections": 1, "max_connections": 2}),
+        *telemetry.front_families(database_up=True, pool_checked_out=0),
+    ]
     names = {f.name for f in families}
     for family in REGISTRY.collect():
         names |= {family.name + suffix for suffix in SUFFIXES.get(family.type, ("",))}
@@ -50,8 +53,18 @@ def test_the_dashboard_parses_and_every_panel_queries_prometheus():
 
 def test_the_dashboard_covers_the_slos_and_the_lifecycle():
     titles = " | ".join(p["title"] for p in json.loads(DASHBOARD.read_text())["panels"])
-    for words in ("memory_context p95", "memory_search p95", "write success", "backlog p95 age", "Dead letters",
-                  "Queue depth", "reads returning nothing", "diversity", "Confidence", "Replica lag"):
+    for words in (
+        "memory_context p95",
+        "memory_search p95",
+        "write success",
+        "backlog p95 age",
+        "Dead letters",
+        "Queue depth",
+        "reads returning nothing",
+        "diversity",
+        "Confidence",
+        "Replica lag",
+    ):
         assert words in titles, words
 
 

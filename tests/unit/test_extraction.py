@@ -33,20 +33,43 @@ def _request(**changes: Any) -> ExtractionRequest:
         "tenant_id": "default",
         "butler": "health",
         "episodes": [
-            EpisodeIn(id=E1, seq=1, butler="health", content="User logged weight 75kg.\nStarted a new diet.",
-                      created_at=at, importance=5),
+            EpisodeIn(
+                id=E1,
+                seq=1,
+                butler="health",
+                content="User logged weight 75kg.\nStarted a new diet.",
+                created_at=at,
+                importance=5,
+            ),
             EpisodeIn(id=E2, seq=2, butler="health", content="Always log weight in kg.", created_at=at, importance=7.5),
         ],
-        "facts": [KnownFact(id=F1, subject="user", predicate="name", content="User's name is John",
-                            permanence="permanent", scope="global")],
+        "facts": [
+            KnownFact(
+                id=F1,
+                subject="user",
+                predicate="name",
+                content="User's name is John",
+                permanence="permanent",
+                scope="global",
+            )
+        ],
         "rules": [KnownRule(id=R1, content="Confirm before sending messages", scope="global", maturity="candidate")],
     }
     return ExtractionRequest(**{**values, **changes})
 
 
 def _fact(**changes: Any) -> dict[str, Any]:
-    return {"subject": "user", "predicate": "weight", "content": "User weighs 75kg", "permanence": "volatile",
-            "importance": 4, "scope": "global", "source_episode_ids": [E1], "supersedes_fact_id": None, **changes}
+    return {
+        "subject": "user",
+        "predicate": "weight",
+        "content": "User weighs 75kg",
+        "permanence": "volatile",
+        "importance": 4,
+        "scope": "global",
+        "source_episode_ids": [E1],
+        "supersedes_fact_id": None,
+        **changes,
+    }
 
 
 def _answer(**sections: Any) -> dict[str, Any]:
@@ -65,10 +88,22 @@ def _raises(raw: Any, match: str) -> ExtractionError:
 def test_prompt_carries_the_seed_instructions_the_ids_and_the_schema():
     prompt = build_prompt(_request())
     assert prompt.startswith("Review these recent episodes from the health butler")
-    for must in ("a) NEW FACTS", "- allergic_to (set): an allergy; permanent", "names its subject", 'scope: always "health"',
-                 "reminders, deadlines and one-off instructions", "b) UPDATED FACTS", "c) NEW RULES", "d) CONFIRMATIONS", "Do NOT extract:",
-                 "- ephemeral: what happened today", "Existing facts for reference:", "Existing rules for reference:",
-                 "Episodes to process:", "Answer with ONLY a JSON object"):
+    for must in (
+        "a) NEW FACTS",
+        "- allergic_to (set): an allergy; permanent",
+        "names its subject",
+        'scope: always "health"',
+        "reminders, deadlines and one-off instructions",
+        "b) UPDATED FACTS",
+        "c) NEW RULES",
+        "d) CONFIRMATIONS",
+        "Do NOT extract:",
+        "- ephemeral: what happened today",
+        "Existing facts for reference:",
+        "Existing rules for reference:",
+        "Episodes to process:",
+        "Answer with ONLY a JSON object",
+    ):
         assert must in prompt
     assert f"- fact {F1}: user | name | User's name is John (permanence: permanent, scope: global)" in prompt
     assert f"- rule {R1}: Confirm before sending messages (scope: global, maturity: candidate)" in prompt
@@ -117,8 +152,11 @@ def test_valid_answer_is_accepted_as_dict_string_or_fenced_text():
 
 
 def test_missing_sections_and_defaults_are_filled():
-    extraction = validate_extraction('{"facts": [{"subject": "user", "predicate": "Home City", "content": "Lisbon", '
-                                     f'"permanence": "stable", "source_episode_ids": ["{E1}"]}}]}}', _request())
+    extraction = validate_extraction(
+        '{"facts": [{"subject": "user", "predicate": "Home City", "content": "Lisbon", '
+        f'"permanence": "stable", "source_episode_ids": ["{E1}"]}}]}}',
+        _request(),
+    )
     [fact] = extraction.facts
     assert (fact.predicate, fact.importance, fact.scope, fact.supersedes_fact_id) == ("home_city", 5, "global", None)
     assert extraction.rules == [] and validate_extraction("{}", _request()) == Extraction()
@@ -132,10 +170,19 @@ def test_ids_are_matched_case_insensitively_and_rewritten_to_the_request_spellin
 
 def test_identical_facts_are_merged_and_rule_references_follow_them():
     answer = _answer(
-        facts=[_fact(), _fact(predicate="mood", content="Tired"),
-               _fact(content=" user WEIGHS  75kg", source_episode_ids=[E2])],
-        rules=[{"content": "Log weight in kg", "scope": "health", "source_episode_ids": [E2],
-                "supporting_fact_refs": ["facts[2]", "facts[1]", F1]}],
+        facts=[
+            _fact(),
+            _fact(predicate="mood", content="Tired"),
+            _fact(content=" user WEIGHS  75kg", source_episode_ids=[E2]),
+        ],
+        rules=[
+            {
+                "content": "Log weight in kg",
+                "scope": "health",
+                "source_episode_ids": [E2],
+                "supporting_fact_refs": ["facts[2]", "facts[1]", F1],
+            }
+        ],
     )
     extraction = validate_extraction(answer, _request())
     assert [f.predicate for f in extraction.facts] == ["weight", "mood"]
@@ -145,8 +192,10 @@ def test_identical_facts_are_merged_and_rule_references_follow_them():
 
 def test_duplicate_rules_and_confirmations_collapse():
     answer = _answer(
-        rules=[{"content": "Log weight in kg", "scope": "health", "source_episode_ids": [E1]},
-               {"content": "log weight in KG", "scope": "health", "source_episode_ids": [E2]}],
+        rules=[
+            {"content": "Log weight in kg", "scope": "health", "source_episode_ids": [E1]},
+            {"content": "log weight in KG", "scope": "health", "source_episode_ids": [E2]},
+        ],
         confirmations=[{"rule_id": R1, "source_episode_ids": [E1]}, {"rule_id": R1, "source_episode_ids": [E1, E2]}],
     )
     extraction = validate_extraction(answer, _request())
@@ -195,15 +244,24 @@ def test_schema_violations_name_the_field(answer, path):
     [
         (_answer(facts=[_fact(source_episode_ids=[E1, "e-404"])]), "facts[0].source_episode_ids[1]", "episode"),
         (_answer(facts=[_fact(supersedes_fact_id="f-404")]), "facts[0].supersedes_fact_id", "fact"),
-        (_answer(rules=[{"content": "Be kind", "source_episode_ids": ["e-404"]}]), "rules[0].source_episode_ids[0]",
-         "episode"),
-        (_answer(rules=[{"content": "Be kind", "source_episode_ids": [E1], "supporting_fact_refs": ["f-404"]}]),
-         "rules[0].supporting_fact_refs[0]", "fact"),
+        (
+            _answer(rules=[{"content": "Be kind", "source_episode_ids": ["e-404"]}]),
+            "rules[0].source_episode_ids[0]",
+            "episode",
+        ),
+        (
+            _answer(rules=[{"content": "Be kind", "source_episode_ids": [E1], "supporting_fact_refs": ["f-404"]}]),
+            "rules[0].supporting_fact_refs[0]",
+            "fact",
+        ),
         (_answer(confirmations=[{"fact_id": "f-404", "source_episode_ids": [E1]}]), "confirmations[0].fact_id", "fact"),
         (_answer(confirmations=[{"rule_id": F1, "source_episode_ids": [E1]}]), "confirmations[0].rule_id", "rule"),
         (_answer(contradictions=[{"fact_id": R1, "source_episode_ids": [E1]}]), "contradictions[0].fact_id", "fact"),
-        (_answer(contradictions=[{"fact_id": F1, "source_episode_ids": ["e-404"]}]),
-         "contradictions[0].source_episode_ids[0]", "episode"),
+        (
+            _answer(contradictions=[{"fact_id": F1, "source_episode_ids": ["e-404"]}]),
+            "contradictions[0].source_episode_ids[0]",
+            "episode",
+        ),
     ],
 )
 def test_unknown_references_name_the_field(answer, path, kind):
@@ -212,8 +270,10 @@ def test_unknown_references_name_the_field(answer, path, kind):
 
 
 def test_a_new_fact_reference_past_the_end_is_refused():
-    answer = _answer(facts=[_fact()], rules=[{"content": "Weigh daily", "source_episode_ids": [E1],
-                                             "supporting_fact_refs": ["facts[1]"]}])
+    answer = _answer(
+        facts=[_fact()],
+        rules=[{"content": "Weigh daily", "source_episode_ids": [E1], "supporting_fact_refs": ["facts[1]"]}],
+    )
     error = _raises(answer, r"'facts\[1\]' points past the 1 new facts")
     assert error.field == "rules[0].supporting_fact_refs[0]" and error.retryable
 
@@ -229,13 +289,16 @@ def test_any_text_is_either_accepted_or_refused_with_an_extraction_error(text):
 # ---- matching known memory by meaning ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("new", "known", "same"), [
-    ("Always use metric units in every answer", "Always answer me in metric units", True),
-    ("Never call after 9 pm, ever", "Never call after 9pm", True),
-    ("Never call before 9am", "Never call after 9pm", False),        # another time
-    ("Always answer me in Spanish", "Always answer me in French", False),  # another name
-    ("Always add a summary", "Never add a summary", False),           # the other polarity
-])
+@pytest.mark.parametrize(
+    ("new", "known", "same"),
+    [
+        ("Always use metric units in every answer", "Always answer me in metric units", True),
+        ("Never call after 9 pm, ever", "Never call after 9pm", True),
+        ("Never call before 9am", "Never call after 9pm", False),  # another time
+        ("Always answer me in Spanish", "Always answer me in French", False),  # another name
+        ("Always add a summary", "Never add a summary", False),  # the other polarity
+    ],
+)
 def test_a_rule_means_the_same_only_with_the_same_numbers_names_and_polarity(new, known, same):
     assert same_meaning(new, known, cosine=0.9, threshold=0.75) is same
     assert same_meaning(new, known, cosine=0.7, threshold=0.75) is False  # and close enough in meaning

@@ -45,20 +45,49 @@ class Exact:
 
 
 def test_scoring_counts_matches_misses_and_extras():
-    case = Case(id="t", form="multi", split="dev", butler="health", content="...",
-                facts=(GoldFact("user", "lives_in", "stable", "User lives in Oslo"),
-                       GoldFact("user", "allergic_to", "permanent", "User is allergic to cats")),
-                rules=("Always answer in metric units",))
+    case = Case(
+        id="t",
+        form="multi",
+        split="dev",
+        butler="health",
+        content="...",
+        facts=(
+            GoldFact("user", "lives_in", "stable", "User lives in Oslo"),
+            GoldFact("user", "allergic_to", "permanent", "User is allergic to cats"),
+        ),
+        rules=("Always answer in metric units",),
+    )
     request = request_for(case)
     source = [request.episodes[0].id]
     got = Extraction(
-        facts=[NewFact(subject="User", predicate="lives_in", content="User lives in Oslo", permanence="volatile",
-                       scope="health", source_episode_ids=source),
-               NewFact(subject="Maria", predicate="lives_in", content="User lives in Oslo", permanence="stable",
-                       scope="health", source_episode_ids=source),
-               NewFact(subject="user", predicate="likes_tea", content="User likes tea", permanence="standard",
-                       scope="global", source_episode_ids=source)],
-        rules=[NewRule(content="Always answer in metric units", source_episode_ids=source)])
+        facts=[
+            NewFact(
+                subject="User",
+                predicate="lives_in",
+                content="User lives in Oslo",
+                permanence="volatile",
+                scope="health",
+                source_episode_ids=source,
+            ),
+            NewFact(
+                subject="Maria",
+                predicate="lives_in",
+                content="User lives in Oslo",
+                permanence="stable",
+                scope="health",
+                source_episode_ids=source,
+            ),
+            NewFact(
+                subject="user",
+                predicate="likes_tea",
+                content="User likes tea",
+                permanence="standard",
+                scope="global",
+                source_episode_ids=source,
+            ),
+        ],
+        rules=[NewRule(content="Always answer in metric units", source_episode_ids=source)],
+    )
     score = Score()
     score_case(case, request, got, Exact(), score)
     figures = score.figures()

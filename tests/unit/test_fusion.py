@@ -52,18 +52,28 @@ def test_diversify_lets_another_session_in_before_a_session_repeats_itself():
 
 
 @props
-@given(scores=st.lists(unit, min_size=1, max_size=30), groups=st.lists(st.integers(0, 4), min_size=30, max_size=30),
-       decay=st.floats(min_value=0.05, max_value=1), limit=st.integers(1, 40))
+@given(
+    scores=st.lists(unit, min_size=1, max_size=30),
+    groups=st.lists(st.integers(0, 4), min_size=30, max_size=30),
+    decay=st.floats(min_value=0.05, max_value=1),
+    limit=st.integers(1, 40),
+)
 def test_diversify_returns_a_prefix_sized_permutation_and_keeps_the_best_first(scores, groups, decay, limit):
-    items = sorted(zip(scores, groups[:len(scores)], range(len(scores))), key=lambda t: -t[0])
+    items = sorted(zip(scores, groups[: len(scores)], range(len(scores))), key=lambda t: -t[0])
     out = diversify(items, score=lambda t: t[0], group=lambda t: t[1], decay=decay, limit=limit)
     assert len(out) == min(limit, len(items))
     assert len(set(out)) == len(out) and set(out) <= set(items)
     assert out[0] == items[0]
 
 
-candidate = st.fixed_dictionaries({"relevance": st.floats(min_value=0.01, max_value=1), "importance": st.floats(1, 10),
-                                   "recency": unit, "confidence": unit})
+candidate = st.fixed_dictionaries(
+    {
+        "relevance": st.floats(min_value=0.01, max_value=1),
+        "importance": st.floats(1, 10),
+        "recency": unit,
+        "confidence": unit,
+    }
+)
 
 
 @props
@@ -75,24 +85,35 @@ def test_the_best_match_wins_unless_another_is_clearly_more_important_recent_or_
     top = max(cands, key=lambda c: c["relevance"])
 
     def score(c: dict) -> float:
-        return composite_score(relevance=relative_relevance(c["relevance"], best), importance=c["importance"],
-                               recency=c["recency"], effective_confidence=c["confidence"], weights=weights)
+        return composite_score(
+            relevance=relative_relevance(c["relevance"], best),
+            importance=c["importance"],
+            recency=c["recency"],
+            effective_confidence=c["confidence"],
+            weights=weights,
+        )
 
     for other in cands:
         # a match at most half as good, up to 4 points more important (seed 000's example: 9 against 5), no more
         # recent and no more confident, never outranks the best match
-        if (other["relevance"] <= best / 2 and other["importance"] - top["importance"] <= 4
-                and other["recency"] <= top["recency"] and other["confidence"] <= top["confidence"]):
+        if (
+            other["relevance"] <= best / 2
+            and other["importance"] - top["importance"] <= 4
+            and other["recency"] <= top["recency"]
+            and other["confidence"] <= top["confidence"]
+        ):
             assert score(top) > score(other)
 
 
 def test_the_issue_example_the_fiftieth_candidate_with_importance_9_no_longer_outranks_the_best_match():
     weights = ScoreWeights()
     # relevance as value fusion gives it on a conversation: the best match ~0.55, the 50th ~0.25
-    best = composite_score(relevance=relative_relevance(0.55, 0.55), importance=5, recency=0.5,
-                           effective_confidence=1, weights=weights)
-    fiftieth = composite_score(relevance=relative_relevance(0.25, 0.55), importance=9, recency=0.5,
-                               effective_confidence=1, weights=weights)
+    best = composite_score(
+        relevance=relative_relevance(0.55, 0.55), importance=5, recency=0.5, effective_confidence=1, weights=weights
+    )
+    fiftieth = composite_score(
+        relevance=relative_relevance(0.25, 0.55), importance=9, recency=0.5, effective_confidence=1, weights=weights
+    )
     assert best > fiftieth
     # (the rank-based relevance it replaces: RRF normalised to [0.28, 0.5] for ranks 50 and 1)
     rank_best = composite_score(relevance=0.5, importance=5, recency=0.5, effective_confidence=1, weights=weights)

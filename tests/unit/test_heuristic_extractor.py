@@ -17,15 +17,23 @@ T0 = datetime(2025, 2, 1, 8, 0, tzinfo=timezone.utc)
 EXTRACTOR = HeuristicExtractor(ConsolidationSettings())
 
 
-def _request(*contents: str, facts: tuple[KnownFact, ...] = (), rules: tuple[KnownRule, ...] = (),
-             butler: str = "general") -> ExtractionRequest:
+def _request(
+    *contents: str, facts: tuple[KnownFact, ...] = (), rules: tuple[KnownRule, ...] = (), butler: str = "general"
+) -> ExtractionRequest:
     episodes = [
-        EpisodeIn(id=f"00000000-0000-4000-8000-{n:012d}", seq=n, butler=butler, content=text,
-                  created_at=T0 + timedelta(minutes=n), importance=5)
+        EpisodeIn(
+            id=f"00000000-0000-4000-8000-{n:012d}",
+            seq=n,
+            butler=butler,
+            content=text,
+            created_at=T0 + timedelta(minutes=n),
+            importance=5,
+        )
         for n, text in enumerate(contents)
     ]
-    return ExtractionRequest(tenant_id="default", butler=butler, episodes=episodes, facts=list(facts),
-                             rules=list(rules))
+    return ExtractionRequest(
+        tenant_id="default", butler=butler, episodes=episodes, facts=list(facts), rules=list(rules)
+    )
 
 
 def _extract(*contents: str, **known: object) -> Extraction:
@@ -36,8 +44,14 @@ def _extract(*contents: str, **known: object) -> Extraction:
 
 
 def _known(predicate: str, content: str, subject: str = "user") -> KnownFact:
-    return KnownFact(id=f"fact-{predicate}", subject=subject, predicate=predicate, content=content,
-                     permanence=PREDICATES[base_predicate(predicate)].permanence, scope="general")
+    return KnownFact(
+        id=f"fact-{predicate}",
+        subject=subject,
+        predicate=predicate,
+        content=content,
+        permanence=PREDICATES[base_predicate(predicate)].permanence,
+        scope="general",
+    )
 
 
 # (episode, subject, stored predicate, permanence, content)
@@ -46,57 +60,118 @@ FACT_SENTENCES = [
     ("My name is John and I work at Acme Corp.", "user", "works_at", "stable", "User works at Acme Corp"),
     ("The user is called Priya.", "user", "name", "permanent", "User's name is Priya"),
     ("hi, my name is maria", "user", "name", "permanent", "User's name is Maria"),
-    ("User mentioned they are allergic to penicillin.", "user", "allergic_to_penicillin", "permanent",
-     "User is allergic to penicillin"),
+    (
+        "User mentioned they are allergic to penicillin.",
+        "user",
+        "allergic_to_penicillin",
+        "permanent",
+        "User is allergic to penicillin",
+    ),
     ("I have a severe peanut allergy.", "user", "allergic_to_peanut", "permanent", "User is allergic to peanut"),
     ("User's birthday is on June 5, 1990.", "user", "birthday", "permanent", "User's birthday is June 5, 1990"),
     ("Maria's birthday is March 3.", "Maria", "birthday", "permanent", "Maria's birthday is March 3"),
-    ("Maria is my sister and she lives in Madrid.", "Maria", "relationship", "permanent",
-     "Maria is the user's sister"),
+    ("Maria is my sister and she lives in Madrid.", "Maria", "relationship", "permanent", "Maria is the user's sister"),
     ("Maria is my sister and she lives in Madrid.", "Maria", "lives_in", "stable", "Maria lives in Madrid"),
     ("My wife is called Anna.", "Anna", "relationship", "permanent", "Anna is the user's wife"),
     ("Tom is my boss.", "Tom", "relationship", "stable", "Tom is the user's boss"),
-    ("I was diagnosed with type 2 diabetes in 2019.", "user", "medical_condition_type_2_diabetes", "permanent",
-     "User has type 2 diabetes"),
-    ("I am lactose intolerant, so no milk please.", "user", "diet_lactose_intolerant", "stable",
-     "User is lactose intolerant"),
+    (
+        "I was diagnosed with type 2 diabetes in 2019.",
+        "user",
+        "medical_condition_type_2_diabetes",
+        "permanent",
+        "User has type 2 diabetes",
+    ),
+    (
+        "I am lactose intolerant, so no milk please.",
+        "user",
+        "diet_lactose_intolerant",
+        "stable",
+        "User is lactose intolerant",
+    ),
     ("I'm on a keto diet these days.", "user", "diet_keto", "stable", "User is on a keto diet"),
     ("I live in Berlin with my partner.", "user", "lives_in", "stable", "User lives in Berlin"),
     ("We just moved to Lisbon last month!", "user", "lives_in", "stable", "User lives in Lisbon"),
     ("User said they work for the city council.", "user", "works_at", "stable", "User works at the city council"),
     ("I work at Google as a software engineer.", "user", "job", "stable", "User works as a software engineer"),
-    ("I prefer window seats on long flights.", "user", "prefers_window_seats", "stable",
-     "User prefers window seats on long flights"),
-    ("My favourite ice cream flavor is pistachio.", "user", "favorite_ice_cream_flavor", "stable",
-     "User's favorite ice cream flavor is pistachio"),
+    (
+        "I prefer window seats on long flights.",
+        "user",
+        "prefers_window_seats",
+        "stable",
+        "User prefers window seats on long flights",
+    ),
+    (
+        "My favourite ice cream flavor is pistachio.",
+        "user",
+        "favorite_ice_cream_flavor",
+        "stable",
+        "User's favorite ice cream flavor is pistachio",
+    ),
     ("User loves hiking.", "user", "likes_hiking", "standard", "User likes hiking"),
     ("I can't stand cilantro.", "user", "dislikes_cilantro", "standard", "User dislikes cilantro"),
     ("I'm currently reading Dune.", "user", "reading", "standard", "User is reading Dune"),
     ("I just started learning Spanish.", "user", "learning", "standard", "User is learning Spanish"),
-    ("I'm working on a birdhouse for the garden.", "user", "working_on", "standard",
-     "User is working on a birdhouse"),
-    ("I'm planning to visit Rome next week.", "user", "plans_visit_rome", "volatile",
-     "User is planning to visit Rome next week"),
+    ("I'm working on a birdhouse for the garden.", "user", "working_on", "standard", "User is working on a birdhouse"),
+    (
+        "I'm planning to visit Rome next week.",
+        "user",
+        "plans_visit_rome",
+        "volatile",
+        "User is planning to visit Rome next week",
+    ),
     # speakers: a named turn speaks for its speaker; an assistant confirmation restates the user
     ("Bob: I moved to Lisbon in May.", "Bob", "lives_in", "stable", "Bob lives in Lisbon"),
     ("Maria: my husband Tom and I are back. He's a nurse.", "Tom", "job", "stable", "Tom is a nurse"),
-    ("Maria: my husband Tom and I are back. He's a nurse.", "Tom", "relationship", "permanent",
-     "Tom is Maria's husband"),
-    ("Assistant: Got it - you're allergic to peanuts, I'll keep that in mind.", "user", "allergic_to_peanuts",
-     "permanent", "User is allergic to peanuts"),
+    (
+        "Maria: my husband Tom and I are back. He's a nurse.",
+        "Tom",
+        "relationship",
+        "permanent",
+        "Tom is Maria's husband",
+    ),
+    (
+        "Assistant: Got it - you're allergic to peanuts, I'll keep that in mind.",
+        "user",
+        "allergic_to_peanuts",
+        "permanent",
+        "User is allergic to peanuts",
+    ),
     ("User: I speak Portuguese and Spanish.", "user", "speaks_portuguese", "stable", "User speaks Portuguese"),
     # a third-person summary, its pronouns and its left-out subjects
-    ("Session summary: Daniel came by to plan meals. He is lactose intolerant, moved to Berlin last year and "
-     "works at Siemens.", "Daniel", "works_at", "stable", "Daniel works at Siemens"),
-    ("Session summary: Daniel came by to plan meals. He is lactose intolerant, moved to Berlin last year and "
-     "works at Siemens.", "Daniel", "lives_in", "stable", "Daniel lives in Berlin"),
-    ("Session summary: Daniel came by to plan meals. He is lactose intolerant, moved to Berlin last year and "
-     "works at Siemens.", "Daniel", "diet_lactose_intolerant", "stable", "Daniel is lactose intolerant"),
+    (
+        "Session summary: Daniel came by to plan meals. He is lactose intolerant, moved to Berlin last year and "
+        "works at Siemens.",
+        "Daniel",
+        "works_at",
+        "stable",
+        "Daniel works at Siemens",
+    ),
+    (
+        "Session summary: Daniel came by to plan meals. He is lactose intolerant, moved to Berlin last year and "
+        "works at Siemens.",
+        "Daniel",
+        "lives_in",
+        "stable",
+        "Daniel lives in Berlin",
+    ),
+    (
+        "Session summary: Daniel came by to plan meals. He is lactose intolerant, moved to Berlin last year and "
+        "works at Siemens.",
+        "Daniel",
+        "diet_lactose_intolerant",
+        "stable",
+        "Daniel is lactose intolerant",
+    ),
     ("My sister Ana told me she works at Siemens.", "Ana", "works_at", "stable", "Ana works at Siemens"),
     ("We adopted a dog named Rex.", "user", "has_pet_dog_named_rex", "stable", "User has a dog named Rex"),
     # seed 000's first example episode
-    ("User asked health butler to log weight 75kg, mentioned they started a new diet last week", "user",
-     "diet_new", "stable", "User started a new diet"),
+    (
+        "User asked health butler to log weight 75kg, mentioned they started a new diet last week",
+        "user",
+        "diet_new",
+        "stable",
+        "User started a new diet",
+    ),
 ]
 
 
@@ -121,24 +196,33 @@ def test_every_fact_names_its_subject_and_uses_the_vocabulary():
 def test_a_list_of_allergies_becomes_one_fact_each():
     extraction = _extract("User mentioned they are allergic to peanuts, shellfish and penicillin.")
     assert [f.predicate for f in extraction.facts] == [
-        "allergic_to_peanuts", "allergic_to_shellfish", "allergic_to_penicillin"]
+        "allergic_to_peanuts",
+        "allergic_to_shellfish",
+        "allergic_to_penicillin",
+    ]
 
 
 RULE_SENTENCES = [
     ("User said: never call after 9pm.", "Never call after 9pm"),
     ("Always confirm before sending outbound messages.", "Always confirm before sending outbound messages"),
-    ("General butler created a recipe entity, user specified ingredients should always be listed, not prose",
-     "Ingredients should always be listed, not prose"),
+    (
+        "General butler created a recipe entity, user specified ingredients should always be listed, not prose",
+        "Ingredients should always be listed, not prose",
+    ),
     ("User asked me to always CC his assistant on invoices.", "Always CC his assistant on invoices"),
     ("Don't schedule meetings before 10am.", "Don't schedule meetings before 10am"),
-    ("For the recipes collection, format ingredients as a bulleted list.",
-     "For the recipes collection, format ingredients as a bulleted list"),
+    (
+        "For the recipes collection, format ingredients as a bulleted list.",
+        "For the recipes collection, format ingredients as a bulleted list",
+    ),
     ("From now on, send summaries as bullet points.", "From now on, send summaries as bullet points"),
     ("User prefers dark mode when working at night.", "User prefers dark mode when working at night"),
     ("Messages to clients should be kept short.", "Messages to clients should be kept short"),
     # seed 000's second example episode: an edit shows a preference
-    ("Relationship butler drafted a birthday message for Maria, user edited the tone to be more casual",
-     "User prefers the tone to be more casual"),
+    (
+        "Relationship butler drafted a birthday message for Maria, user edited the tone to be more casual",
+        "User prefers the tone to be more casual",
+    ),
 ]
 
 
@@ -255,10 +339,47 @@ def test_any_text_yields_a_valid_extraction(contents):
 
 
 _WORDS = st.sampled_from(
-    ["I", "my", "user", "User's", "name", "is", "am", "allergic", "to", "live", "in", "always", "never", "prefer",
-     "when", "should", "Maria's", "birthday", "Berlin", "and", ",", ".", "?", "don't", "like", "moved", "said:",
-     "currently", "reading", "planning", "will", "tomorrow", "had", "for", "dinner", "favorite", "color", "no",
-     "longer"]
+    [
+        "I",
+        "my",
+        "user",
+        "User's",
+        "name",
+        "is",
+        "am",
+        "allergic",
+        "to",
+        "live",
+        "in",
+        "always",
+        "never",
+        "prefer",
+        "when",
+        "should",
+        "Maria's",
+        "birthday",
+        "Berlin",
+        "and",
+        ",",
+        ".",
+        "?",
+        "don't",
+        "like",
+        "moved",
+        "said:",
+        "currently",
+        "reading",
+        "planning",
+        "will",
+        "tomorrow",
+        "had",
+        "for",
+        "dinner",
+        "favorite",
+        "color",
+        "no",
+        "longer",
+    ]
 )
 
 

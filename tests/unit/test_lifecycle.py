@@ -312,8 +312,7 @@ def test_next_maturity_is_always_a_legal_transition_and_settles(
 def test_anti_pattern_content_inverts_the_rule() -> None:
     text = anti_pattern_content("Use rebase on shared branches.", ["lost commits", "force pushes"])
     assert text == (
-        "ANTI-PATTERN: Do NOT use rebase on shared branches. "
-        "This caused problems because: lost commits; force pushes"
+        "ANTI-PATTERN: Do NOT use rebase on shared branches. This caused problems because: lost commits; force pushes"
     )
 
 
@@ -355,8 +354,9 @@ def test_rule_evidence_weighs_each_application_by_its_age() -> None:
     fresh = rule_evidence([("helpful", T0), ("helpful", T0 - timedelta(days=90))], now=T0, half_life_days=90)
     assert (fresh.helpful, fresh.harmful) == (2, 0)
     assert fresh.effectiveness == pytest.approx(1.5 / 1.51)
-    mixed = rule_evidence([("helpful", T0 - timedelta(days=180)), ("harmful", T0), ("ignored", T0)], now=T0,
-                          half_life_days=90)
+    mixed = rule_evidence(
+        [("helpful", T0 - timedelta(days=180)), ("harmful", T0), ("ignored", T0)], now=T0, half_life_days=90
+    )
     assert (mixed.helpful, mixed.harmful) == (1, 1)
     assert mixed.effectiveness == pytest.approx(0.25 / (0.25 + 4 + 0.01))
     assert rule_evidence([], now=T0, half_life_days=90).effectiveness == 0.0
@@ -364,8 +364,14 @@ def test_rule_evidence_weighs_each_application_by_its_age() -> None:
 
 def test_recent_effectiveness_replaces_the_counters_judgement() -> None:
     # 15 successes and 2 harms keep an established rule by the counters (0.65 >= 0.6), not by recent evidence
-    args = {"maturity": "established", "success_count": 15, "harmful_count": 2, "created_at": T0, "now": T0,
-            "rules": RULES}
+    args = {
+        "maturity": "established",
+        "success_count": 15,
+        "harmful_count": 2,
+        "created_at": T0,
+        "now": T0,
+        "rules": RULES,
+    }
     assert next_maturity(**args) == "established"
     assert next_maturity(**args, recent_effectiveness=0.1) == "candidate"
 

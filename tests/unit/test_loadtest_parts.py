@@ -13,10 +13,12 @@ from memory_api.loadtest.client import is_transport_error
 from memory_api.loadtest.metrics import Accept, Recorder, latency_summary, percentile
 
 
-def _accept(client: int, position: int, id_: str, *, butler: str = "health", at: float = 1.0,
-            latency_ms: float = 10.0) -> Accept:
-    return Accept("t-a", butler, client, position, id_, f"k-{client}-{position}", at, at, latency_ms, latency_ms, 1,
-                  False)
+def _accept(
+    client: int, position: int, id_: str, *, butler: str = "health", at: float = 1.0, latency_ms: float = 10.0
+) -> Accept:
+    return Accept(
+        "t-a", butler, client, position, id_, f"k-{client}-{position}", at, at, latency_ms, latency_ms, 1, False
+    )
 
 
 def test_generated_episodes_are_deterministic_unique_and_carry_their_tenants_marker():
@@ -86,20 +88,45 @@ def test_order_is_checked_per_client_and_key():
 
 
 def test_the_verdict_names_every_broken_promise():
-    clean = {"drained": True, "database": {"lost": 0, "duplicated": 0, "out_of_order": 0, "non_terminal": 0,
-                                            "cross_tenant_sql": 0, "unacknowledged": 0},
-             "isolation": {"leaks": 0, "own_marker_hits": {"a": 3, "b": 2}}, "counts": {}, "dead_parts": []}
+    clean = {
+        "drained": True,
+        "database": {
+            "lost": 0,
+            "duplicated": 0,
+            "out_of_order": 0,
+            "non_terminal": 0,
+            "cross_tenant_sql": 0,
+            "unacknowledged": 0,
+        },
+        "isolation": {"leaks": 0, "own_marker_hits": {"a": 3, "b": 2}},
+        "counts": {},
+        "dead_parts": [],
+    }
     assert verify.verdict(clean) == []
 
-    broken = {**clean, "drained": False, "drain_timeout_s": 5,
-              "database": {**clean["database"], "lost": 2, "out_of_order": 1, "unacknowledged": 1},
-              "isolation": {"leaks": 1, "own_marker_hits": {"a": 0}},
-              "counts": {"rejected_invalid_input": 3, "replay_mismatch": 1}, "dead_parts": ["beat"],
-              "accepted_while_db_down": 4}
+    broken = {
+        **clean,
+        "drained": False,
+        "drain_timeout_s": 5,
+        "database": {**clean["database"], "lost": 2, "out_of_order": 1, "unacknowledged": 1},
+        "isolation": {"leaks": 1, "own_marker_hits": {"a": 0}},
+        "counts": {"rejected_invalid_input": 3, "replay_mismatch": 1},
+        "dead_parts": ["beat"],
+        "accepted_while_db_down": 4,
+    }
     failures = "\n".join(verify.verdict(broken))
-    for words in ("not drained", "2 accepted episodes lost", "1 episodes out of order", "never acknowledged",
-                  "1 cross-tenant hits", "proves nothing", "3 writes rejected (invalid_input)",
-                  "replays answered a different id", "beat", "4 writes answered 'accepted' while PostgreSQL"):
+    for words in (
+        "not drained",
+        "2 accepted episodes lost",
+        "1 episodes out of order",
+        "never acknowledged",
+        "1 cross-tenant hits",
+        "proves nothing",
+        "3 writes rejected (invalid_input)",
+        "replays answered a different id",
+        "beat",
+        "4 writes answered 'accepted' while PostgreSQL",
+    ):
         assert words in failures
 
 
@@ -113,8 +140,22 @@ def test_transport_errors_are_recognised_inside_exception_groups():
 def test_the_command_line_parses_tokens_and_bounds():
     parser = argparse.ArgumentParser()
     loadtest_cli.register(parser.add_subparsers())
-    args = parser.parse_args(["loadtest", "burst", "--token", "acme=mb_x", "--token", "beta=mb_y", "--batch", "50",
-                              "--chaos", "redis", "--read-tool", "search"])
+    args = parser.parse_args(
+        [
+            "loadtest",
+            "burst",
+            "--token",
+            "acme=mb_x",
+            "--token",
+            "beta=mb_y",
+            "--batch",
+            "50",
+            "--chaos",
+            "redis",
+            "--read-tool",
+            "search",
+        ]
+    )
     assert dict(args.token) == {"acme": "mb_x", "beta": "mb_y"}
     assert (args.batch, args.chaos, args.read_tool, args.episodes, args.clients) == (50, "redis", "search", 1000, 50)
     with pytest.raises(SystemExit):

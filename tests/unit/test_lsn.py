@@ -94,8 +94,8 @@ def test_a_stuck_replica_lags_by_the_time_since_the_primary_first_had_what_it_la
     clock.sample(100, now=0)
     clock.sample(200, now=10)
     clock.sample(300, now=20)
-    assert clock.lag(100, now=30) == pytest.approx(20.0)   # missing what the primary had at t=10
-    assert clock.lag(250, now=30) == pytest.approx(10.0)   # missing only what it had at t=20
+    assert clock.lag(100, now=30) == pytest.approx(20.0)  # missing what the primary had at t=10
+    assert clock.lag(250, now=30) == pytest.approx(10.0)  # missing only what it had at t=20
     assert clock.lag(300, now=30) == 0.0
 
 

@@ -13,7 +13,13 @@ import memory_workers.tasks.consolidate  # noqa: F401 - registers memory.consoli
 import memory_workers.tasks.ingest  # noqa: F401 - registers memory.apply_writes
 from memory_workers import enqueue
 from memory_workers.app import (
-    APPLY_TASK, CONSOLIDATE_TASK, PER_KEY_TASKS, app, celery_config, shard_router, soft_time_limit,
+    APPLY_TASK,
+    CONSOLIDATE_TASK,
+    PER_KEY_TASKS,
+    app,
+    celery_config,
+    shard_router,
+    soft_time_limit,
     visibility_timeout,
 )
 from shared.config import load_settings

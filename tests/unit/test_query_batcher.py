@@ -137,10 +137,12 @@ def test_the_thread_blocks_while_it_gathers_and_while_idle() -> None:
         # then the thread spent (almost) no CPU in that window: it waited on the queue, it did not spin (a spinning
         # thread would burn most of the 500 ms even on a busy machine)
         assert _thread_cpu_s(thread) - before < 0.02
+
         # and idle, it is parked in the queue's blocking get
         def parked() -> bool:
             frame = sys._current_frames()[thread.ident]
             return frame.f_code.co_name == "_loop" and "self._queue.get()" in _source_line(frame)
+
         poll(parked, deadline_s=5, what="the batcher thread to park on its queue")
     finally:
         batcher.close()
@@ -160,8 +162,13 @@ def test_batched_rows_match_single_rows_of_the_real_model() -> None:
     from shared.embedding import get_query_embedder
 
     embedder = get_query_embedder()
-    texts = ["How often do you water the basil?", "KX-4411", "Which dentist did the user pick in spring?",
-             "oat milk", "The user is lactose intolerant and prefers oat milk in coffee."]
+    texts = [
+        "How often do you water the basil?",
+        "KX-4411",
+        "Which dentist did the user pick in spring?",
+        "oat milk",
+        "The user is lactose intolerant and prefers oat milk in coffee.",
+    ]
     # when the texts are embedded in one batch (padded to the longest) and one by one
     batched = embedder.embed(texts)
     single = np.stack([embedder.embed_one(t) for t in texts])

@@ -13,32 +13,45 @@ from hypothesis import strategies as st
 from shared.config import ConfigError, RedactionSettings, load_settings
 from shared.protection import redaction_policy
 from shared.redaction import (
-    DETECTORS, OFF, PLACEHOLDERS, RedactionPolicy, compile_custom, iban_valid, luhn_valid, redact,
+    DETECTORS,
+    OFF,
+    PLACEHOLDERS,
+    RedactionPolicy,
+    compile_custom,
+    iban_valid,
+    luhn_valid,
+    redact,
 )
 
 ALL = RedactionPolicy()
 
 
-@pytest.mark.parametrize(("text", "expected", "detector"), [
-    ("write to jane.doe+memo@example.co.uk today", "write to [EMAIL] today", "email"),
-    ("my card is 4111 1111 1111 1111.", "my card is [CARD].", "card"),
-    ("amex 3782-822463-10005", "amex [CARD]", "card"),
-    ("pay to DE89 3704 0044 0532 0130 00 please", "pay to [IBAN] please", "iban"),
-    ("GB82WEST12345698765432", "[IBAN]", "iban"),
-    ("ssn 123-45-6789 on file", "ssn [NATIONAL_ID] on file", "national_id"),
-    ("NI number AB 12 34 56 C", "NI number [NATIONAL_ID]", "national_id"),
-    ("call +49 30 1234567", "call [PHONE]", "phone"),
-    ("call (555) 123-4567 or 555-123-4567", "call [PHONE] or [PHONE]", "phone"),
-    ("ring 030 1234567", "ring [PHONE]", "phone"),
-    ("key sk-proj-abcdefghijklmnopqrstuvwxyz0123", "key [SECRET]", "secret"),
-    ("AKIAIOSFODNN7EXAMPLE", "[SECRET]", "secret"),
-    ("token ghp_" + "a1B2" * 9, "token [SECRET]", "secret"),
-    ("Authorization: Bearer abcdef0123456789ABCDEF", "Authorization: Bearer [SECRET]", "secret"),
-    ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U", "[SECRET]",
-     "secret"),
-    ("the password = hunter2hunter2 works", "the password = [SECRET] works", "secret"),
-    ("mb_" + "x" * 43, "[SECRET]", "secret"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected", "detector"),
+    [
+        ("write to jane.doe+memo@example.co.uk today", "write to [EMAIL] today", "email"),
+        ("my card is 4111 1111 1111 1111.", "my card is [CARD].", "card"),
+        ("amex 3782-822463-10005", "amex [CARD]", "card"),
+        ("pay to DE89 3704 0044 0532 0130 00 please", "pay to [IBAN] please", "iban"),
+        ("GB82WEST12345698765432", "[IBAN]", "iban"),
+        ("ssn 123-45-6789 on file", "ssn [NATIONAL_ID] on file", "national_id"),
+        ("NI number AB 12 34 56 C", "NI number [NATIONAL_ID]", "national_id"),
+        ("call +49 30 1234567", "call [PHONE]", "phone"),
+        ("call (555) 123-4567 or 555-123-4567", "call [PHONE] or [PHONE]", "phone"),
+        ("ring 030 1234567", "ring [PHONE]", "phone"),
+        ("key sk-proj-abcdefghijklmnopqrstuvwxyz0123", "key [SECRET]", "secret"),
+        ("AKIAIOSFODNN7EXAMPLE", "[SECRET]", "secret"),
+        ("token ghp_" + "a1B2" * 9, "token [SECRET]", "secret"),
+        ("Authorization: Bearer abcdef0123456789ABCDEF", "Authorization: Bearer [SECRET]", "secret"),
+        (
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+            "[SECRET]",
+            "secret",
+        ),
+        ("the password = hunter2hunter2 works", "the password = [SECRET] works", "secret"),
+        ("mb_" + "x" * 43, "[SECRET]", "secret"),
+    ],
+)
 def test_each_detector_replaces_what_it_names(text: str, expected: str, detector: str) -> None:
     # given a text holding one kind of sensitive value, when redacted with every detector on
     out = redact(text, ALL)
@@ -47,18 +60,21 @@ def test_each_detector_replaces_what_it_names(text: str, expected: str, detector
     assert set(out.counts) == {detector}
 
 
-@pytest.mark.parametrize("text", [
-    "We met on 2023-01-15 at 12:30 and again on 15.01.2023.",
-    "Prices went from $1,299.99 to 1 499 euros between 1990-2000.",
-    "Version 3.14.159 was released; call me at noon.",
-    "My order number is 1234567890123 and the tracking code 9400 1000 0000 0000 0000 00.",
-    "I ran 10 km in 52:10, then 21.1 km; the score was 3-2.",
-    "Skip to the section 4.2.1 on page 12-15 of ISBN 978-3-16-148410-0.",
-    "user@ mentions and @handles are not addresses; nor is a.b@c",
-    "The password was changed yesterday, and the API key field is empty.",
-    "Bearer bonds are an old kind of security.",
-    "Read RFC 9110, 2nd ed., and the ticket SUP-123456.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "We met on 2023-01-15 at 12:30 and again on 15.01.2023.",
+        "Prices went from $1,299.99 to 1 499 euros between 1990-2000.",
+        "Version 3.14.159 was released; call me at noon.",
+        "My order number is 1234567890123 and the tracking code 9400 1000 0000 0000 0000 00.",
+        "I ran 10 km in 52:10, then 21.1 km; the score was 3-2.",
+        "Skip to the section 4.2.1 on page 12-15 of ISBN 978-3-16-148410-0.",
+        "user@ mentions and @handles are not addresses; nor is a.b@c",
+        "The password was changed yesterday, and the API key field is empty.",
+        "Bearer bonds are an old kind of security.",
+        "Read RFC 9110, 2nd ed., and the ticket SUP-123456.",
+    ],
+)
 def test_ordinary_text_is_left_alone(text: str) -> None:
     # given ordinary text with numbers, dates, prices and the words around secrets; then nothing is redacted
     assert redact(text, ALL) == redact(text, OFF)
@@ -77,7 +93,7 @@ def test_any_luhn_valid_card_is_redacted_and_an_invalid_one_is_not(body: str, se
     # given a 16-digit number starting with 4 whose check digit is right, written in groups of 4
     number = _with_luhn("4" + body[1:])
     wrong = number[:-1] + str((int(number[-1]) + 1) % 10)
-    grouped = lambda n: sep.join(n[i:i + 4] for i in range(0, 16, 4))  # noqa: E731
+    grouped = lambda n: sep.join(n[i : i + 4] for i in range(0, 16, 4))  # noqa: E731
     # then it is a [CARD]; with its check digit changed it is not a card
     assert redact(f"card {grouped(number)} ok", ALL).text == "card [CARD] ok"
     assert "card" not in redact(f"card {grouped(wrong)} ok", RedactionPolicy(detectors=frozenset({"card"}))).counts
@@ -130,8 +146,9 @@ def test_custom_patterns_and_disabled_policy() -> None:
 
 def test_tenant_override_replaces_only_the_keys_it_sets() -> None:
     # given defaults with a custom pattern, and one tenant that keeps only secrets, another that turns it off
-    settings = RedactionSettings(custom_patterns=[r"\bPRJ-\d{4}\b"], tenants={
-        "acme": {"detectors": ["secret"]}, "lab": {"enabled": False}})
+    settings = RedactionSettings(
+        custom_patterns=[r"\bPRJ-\d{4}\b"], tenants={"acme": {"detectors": ["secret"]}, "lab": {"enabled": False}}
+    )
     text = "a@b.io PRJ-1234 sk-" + "A" * 30
     # then each tenant gets its own policy; unset keys inherit the defaults
     assert redact(text, redaction_policy(settings, "other")).text == "[EMAIL] [CUSTOM] [SECRET]"

@@ -31,8 +31,9 @@ def test_a_cron_without_five_fields_is_refused(bad):
 
 def test_the_schedule_has_every_task_on_its_configured_period():
     # given settings with the seed's crons and overridden intervals
-    settings = load_settings(schedule={"decay_sweep": {"cron": "30 2 * * *"}, "redelivery_sweep_seconds": 1,
-                                       "backlog_trigger_seconds": 7})
+    settings = load_settings(
+        schedule={"decay_sweep": {"cron": "30 2 * * *"}, "redelivery_sweep_seconds": 1, "backlog_trigger_seconds": 7}
+    )
     # when the beat schedule is built
     entries = schedule.beat_schedule(settings)
     # then every maintenance task is scheduled once, by its explicit name, on the maintenance queue
@@ -65,8 +66,10 @@ def test_cron_tick_is_the_publish_minute_in_utc():
 
 def test_interval_tick_is_the_floored_period():
     settings = load_settings(schedule={"redelivery_sweep_seconds": 15})
-    ticks = [schedule.tick_id("memory.redelivery_sweep", published_at=t, settings=settings)
-             for t in (1_800_000_000.0, 1_800_000_014.9, 1_800_000_015.0)]
+    ticks = [
+        schedule.tick_id("memory.redelivery_sweep", published_at=t, settings=settings)
+        for t in (1_800_000_000.0, 1_800_000_014.9, 1_800_000_015.0)
+    ]
     assert ticks[0] == ticks[1] != ticks[2]
     # stable across processes: a pure function of the publish time and the period
     assert ticks[0] == f"{1_800_000_000 // 15}x15s"

@@ -14,8 +14,18 @@ NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
 def _hit(kind: str, *, subject: str | None = None, session: uuid.UUID | None = None, conf: float | None = None) -> Hit:
-    return Hit(type=kind, id=uuid.uuid4(), content="c", score=1.0, relevance=1.0, created_at=NOW, importance=0.5,
-               subject=subject, session_id=session, effective_confidence=conf)
+    return Hit(
+        type=kind,
+        id=uuid.uuid4(),
+        content="c",
+        score=1.0,
+        relevance=1.0,
+        created_at=NOW,
+        importance=0.5,
+        subject=subject,
+        session_id=session,
+        effective_confidence=conf,
+    )
 
 
 def _value(name: str, **labels: str) -> float:
@@ -61,7 +71,10 @@ def test_a_refused_call_is_counted_but_not_timed():
 
 
 def test_fleet_gauges_render_queue_depths_and_connections():
-    body = telemetry.scrape_text(telemetry.fleet_families(
-        queue_depths={"shard.0": 3, "maintenance": 0}, db={"connections": 12, "max_connections": 100})).decode()
+    body = telemetry.scrape_text(
+        telemetry.fleet_families(
+            queue_depths={"shard.0": 3, "maintenance": 0}, db={"connections": 12, "max_connections": 100}
+        )
+    ).decode()
     assert 'memory_butler_queue_depth{queue="shard.0"} 3.0' in body
     assert "memory_butler_db_connections 12.0" in body and "memory_butler_db_max_connections 100.0" in body

@@ -35,12 +35,27 @@ def test_a_block_built_from_stored_counts_equals_one_built_by_counting():
     counter = get_token_counter()
     now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
     contents = ["Lives in  Porto\nnear the river", "Drinks two espressos before noon", "naïve café 東京 🙂 x" * 20]
-    facts = [Hit.model_construct(type="fact", id=uuid.UUID(int=i), content=c, score=1.0 - i / 10, relevance=1.0,
-                                 created_at=now - timedelta(days=i), last_confirmed_at=now - timedelta(days=i),
-                                 permanence="stable", importance=5.0, content_tokens=None)
-             for i, c in enumerate(contents)]
-    stored = [h.model_copy(update={"content_tokens": content_tokens([h.content], counter.count_many)[0]}) for h in facts]
-    blocks = [build(facts=hits, rules=[], episodes=[], budget=500, quotas=SectionQuotas(), count=counter.count_many,
-                    now=now) for hits in (facts, stored)]
+    facts = [
+        Hit.model_construct(
+            type="fact",
+            id=uuid.UUID(int=i),
+            content=c,
+            score=1.0 - i / 10,
+            relevance=1.0,
+            created_at=now - timedelta(days=i),
+            last_confirmed_at=now - timedelta(days=i),
+            permanence="stable",
+            importance=5.0,
+            content_tokens=None,
+        )
+        for i, c in enumerate(contents)
+    ]
+    stored = [
+        h.model_copy(update={"content_tokens": content_tokens([h.content], counter.count_many)[0]}) for h in facts
+    ]
+    blocks = [
+        build(facts=hits, rules=[], episodes=[], budget=500, quotas=SectionQuotas(), count=counter.count_many, now=now)
+        for hits in (facts, stored)
+    ]
     assert blocks[0] == blocks[1]
     assert counter.count(blocks[0].text) == blocks[0].tokens

@@ -40,7 +40,7 @@ def test_a_token_bucket_admits_its_burst_then_its_rate() -> None:
     assert refused.value.retryable and refused.value.code == "rate_limited"
     assert "retry in 0.50s" in refused.value.message
     limits.enter(other)  # another token has a bucket of its own
-    clock.now += 0.5     # one call's worth refilled
+    clock.now += 0.5  # one call's worth refilled
     limits.enter(me)
     with pytest.raises(RateLimited):
         limits.enter(me)

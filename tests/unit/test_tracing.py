@@ -34,7 +34,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 def _record(msg: str) -> logging.LogRecord:
     return logging.getLogger("memory_butler.test").makeRecord(
-        "memory_butler.test", logging.INFO, __file__, 1, msg, (), None, extra={"tool": "memory_search"})
+        "memory_butler.test", logging.INFO, __file__, 1, msg, (), None, extra={"tool": "memory_search"}
+    )
 
 
 def test_tracing_is_off_by_default_and_its_helpers_do_nothing():
@@ -86,16 +87,33 @@ def test_an_applied_intent_is_recorded_in_the_trace_that_stored_its_context(span
     # given an intent accepted under one trace, applied in a batch of another (a sweep's wake-up)
     with tracing.span("tools/call memory_store_fact"):
         stored = tracing.current_carrier()
-    intents = [{"id": "i-1", "kind": "fact", "seq": 7, "tenant_id": "t", "butler": "b", "request_id": "r-9",
-                "trace_context": stored},
-               {"id": "i-2", "kind": "fact", "seq": 8, "tenant_id": "t", "butler": "b", "request_id": None,
-                "trace_context": None}]
+    intents = [
+        {
+            "id": "i-1",
+            "kind": "fact",
+            "seq": 7,
+            "tenant_id": "t",
+            "butler": "b",
+            "request_id": "r-9",
+            "trace_context": stored,
+        },
+        {
+            "id": "i-2",
+            "kind": "fact",
+            "seq": 8,
+            "tenant_id": "t",
+            "butler": "b",
+            "request_id": None,
+            "trace_context": None,
+        },
+    ]
     with tracing.span("memory.apply_batch"):
         tracing.record_applied(intents, started_ns=tracing.now_ns(), outcomes={"i-1": "applied"})
     # then the intent's span sits under the accepting call, linked to the batch; the untraced one has none
     finished = {s.name: s for s in spans.get_finished_spans()}
-    call, batch, applied = (finished[n] for n in ("tools/call memory_store_fact", "memory.apply_batch",
-                                                  "memory.apply_intent"))
+    call, batch, applied = (
+        finished[n] for n in ("tools/call memory_store_fact", "memory.apply_batch", "memory.apply_intent")
+    )
     assert applied.context.trace_id == call.context.trace_id != batch.context.trace_id
     assert applied.parent.span_id == call.context.span_id
     assert [link.context.span_id for link in applied.links] == [batch.context.span_id]
@@ -144,8 +162,9 @@ log.info("no span")
 def test_the_process_log_lines_on_stderr_carry_trace_ids_and_spans_go_to_the_console(tmp_path):
     # given a process logging as the front does, with the console exporter (development)
     env = {**os.environ, "MEMORY_BUTLER_TRACING__EXPORTER": "console", "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True,
-                         timeout=60, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True
+    )
     # then stdout has the span as one JSON line, and stderr the log lines as JSON, the first with its ids
     (span,) = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     lines = {line["msg"]: line for line in map(json.loads, run.stderr.splitlines())}

@@ -20,11 +20,17 @@ def test_up_serves_worker_metrics_and_prints_where_metrics_are(tmp_path: Path, c
     # when the summary is printed
     token = tmp_path / "dev-token"
     token.write_text("mb_dev\n")
-    record = {"database_url": "postgresql://u:secret@127.0.0.1:5432/db", "redis_url": "redis://127.0.0.1:6379/0",
-              "postgres": {"embedded": True, "pgdata": str(tmp_path / "pgdata")}, "redis": {"origin": "running"},
-              "parts": {n: {k: v for k, v in p.items() if k in ("url", "note", "skipped", "metrics")}
-                        for n, p in parts.items()},
-              "token_file": str(token), "log_dir": str(tmp_path / "logs")}
+    record = {
+        "database_url": "postgresql://u:secret@127.0.0.1:5432/db",
+        "redis_url": "redis://127.0.0.1:6379/0",
+        "postgres": {"embedded": True, "pgdata": str(tmp_path / "pgdata")},
+        "redis": {"origin": "running"},
+        "parts": {
+            n: {k: v for k, v in p.items() if k in ("url", "note", "skipped", "metrics")} for n, p in parts.items()
+        },
+        "token_file": str(token),
+        "log_dir": str(tmp_path / "logs"),
+    }
     print_summary(record)
     out = capsys.readouterr().out
     # then it names the front's /metrics and the worker node's
