@@ -10,6 +10,7 @@ from typing import Any
 from mcp_types import ToolAnnotations
 
 from memory_api.tools import context, erasure, feedback, ops, reading, writing
+from memory_api.tools.results import lean_schema
 from memory_api.tools.runtime import ClassifiedTool
 
 READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -47,8 +48,9 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
 
 
 def build_tools() -> list[ClassifiedTool]:
-    """One Tool per entry; descriptions are the functions' docstrings (written for the agent)."""
-    return [
+    """One Tool per entry; descriptions are the functions' docstrings (written for the agent); each outputSchema
+    in its lean form (results.lean_schema: the same values, cheaper for a client to check)."""
+    tools = [
         ClassifiedTool.from_function(
             fn,
             name=fn.__name__,
@@ -58,6 +60,10 @@ def build_tools() -> list[ClassifiedTool]:
         )
         for fn, title, annotations in TOOLS
     ]
+    for tool in tools:
+        if tool.fn_metadata.output_schema is not None:
+            tool.fn_metadata.output_schema = lean_schema(tool.fn_metadata.output_schema)
+    return tools
 
 
 def _describe(fn: Callable[..., Any]) -> str:

