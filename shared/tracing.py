@@ -145,7 +145,9 @@ def _exporter(settings: TracingSettings) -> SpanExporter | None:
     if kind == "console":
         # The real stdout: a Celery worker redirects sys.stdout into its logger, which would wrap each span in a
         # log line.
-        return ConsoleSpanExporter(out=sys.__stdout__, formatter=lambda span: span.to_json(indent=None) + "\n")
+        return ConsoleSpanExporter(
+            out=sys.__stdout__ or sys.stdout, formatter=lambda span: span.to_json(indent=None) + "\n"
+        )
     if kind == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
