@@ -253,7 +253,7 @@ def now_ns() -> int:
     return time.time_ns()
 
 
-def record_applied(intents: Sequence[Mapping[str, Any]], *, started_ns: int, outcomes: Mapping[Any, str]) -> None:
+def record_applied(intents: Sequence[Mapping[Any, Any]], *, started_ns: int, outcomes: Mapping[Any, str]) -> None:
     """One ``memory.apply_intent`` span per intent that stored its accepting call's context, as a child of that
     call and linked to the current (batch) span: the write's own trace shows when, where and how it was applied
     (``outcomes``: intent id → applied | retry | dead_letter; anything but applied is an error status)."""

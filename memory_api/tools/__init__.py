@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 
 from memory_api.tools import context, erasure, feedback, ops, reading, writing
@@ -46,8 +47,8 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
 )
 
 
-def build_tools() -> list[ClassifiedTool]:
-    """One Tool per entry; descriptions are the functions' docstrings (written for the agent)."""
+def build_tools() -> list[Tool]:
+    """One ClassifiedTool per entry; descriptions are the functions' docstrings (written for the agent)."""
     return [
         ClassifiedTool.from_function(
             fn,
