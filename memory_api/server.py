@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
+from sqlalchemy.pool import QueuePool
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -29,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from memory_api import dashboard
 from memory_api.tools import build_tools
 from memory_api.tools.runtime import PRINCIPAL_SCOPE_KEY, utcnow
-from memory_api.tools.services import Services
+from memory_api.tools.services import Services, opened
 from shared import stats as shared_stats
 from shared import telemetry, tracing
 from shared.config import ConfigError, Settings
@@ -169,7 +170,7 @@ class BearerAuth:
         hit, principal = self.cache.get(key)
         if hit:
             return principal
-        engine = self.services.engine
+        engine = opened(self.services.engine)
 
         def resolve() -> Principal | None:
             with unit_of_work(engine) as conn:
@@ -198,7 +199,7 @@ def _deny(status: int, message: str, *, retryable: bool = False) -> Response:
 
 def _healthz(services: Services) -> Callable[[Request], Awaitable[Response]]:
     async def healthz(_: Request) -> Response:
-        engine = services.engine
+        engine = opened(services.engine)
 
         def ping() -> None:
             with engine.connect():  # a pooled connection is pinged on checkout (pool_pre_ping); a new one connects
@@ -225,7 +226,7 @@ def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
             )
         from memory_workers.enqueue import maintenance_periods, queue_depths  # the workers' enqueue surface
 
-        engine, settings = services.engine, services.settings
+        engine, settings = opened(services.engine), services.settings
         fleet = principal.is_operator  # an admin sees its own tenant's shard keys only, and nothing fleet-wide
 
         def gauges() -> list[Any]:
@@ -250,7 +251,7 @@ def _metrics(services: Services) -> Callable[[Request], Awaitable[Response]]:
                 families += telemetry.fleet_families(queue_depths=depths, db=None)
             except Unavailable:
                 log.warning("queue depths not read: the broker did not answer")
-        families += telemetry.front_families(database_up=up, pool_checked_out=engine.pool.checkedout())
+        families += telemetry.front_families(database_up=up, pool_checked_out=cast(QueuePool, engine.pool).checkedout())
         if services.batcher is not None:
             families += telemetry.query_batcher_families(
                 batches=services.batcher.batches, texts=services.batcher.embedded

@@ -127,7 +127,7 @@ def configure(celery_app: Celery, settings: Settings) -> None:
     _settings = settings
     celery_app.conf.update(celery_config(settings))
     # Drop pooled broker connections made for an earlier configuration (tests reconfigure the app).
-    celery_app._pool = None  # noqa: SLF001
+    celery_app._pool = None  # type: ignore[attr-defined]  # noqa: SLF001 - private, so celery-types does not declare it
     amqp = celery_app.__dict__.get("amqp")
     if amqp is not None:
         amqp._producer_pool = None  # noqa: SLF001

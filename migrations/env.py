@@ -10,6 +10,7 @@ MIGRATION_LOCK = 7_318_442_001  # arbitrary constant shared by every process tha
 
 def run_migrations_online() -> None:
     url = context.config.get_main_option("sqlalchemy.url")
+    assert url is not None, "shared.db.alembic_config sets sqlalchemy.url"
     engine = create_engine(url)
     with engine.connect() as connection:
         connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK})

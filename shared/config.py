@@ -323,8 +323,9 @@ class ApiSettings(_Section):
     feedback_key_retention_days: float = Field(7.0, gt=0)
 
 
-REDACTION_DETECTORS = ("secret", "email", "iban", "card", "national_id", "phone")  # shared.redaction.DETECTORS
 Detector = Literal["secret", "email", "iban", "card", "national_id", "phone"]
+# The names of shared.redaction.DETECTORS.
+REDACTION_DETECTORS: tuple[Detector, ...] = ("secret", "email", "iban", "card", "national_id", "phone")
 
 
 def _check_patterns(patterns: list[str]) -> list[str]:

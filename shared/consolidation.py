@@ -98,7 +98,7 @@ def fetch_batch(
 ) -> Batch | None:
     """The key's oldest due episodes, at most ``limit`` of them and ``max_tokens`` of their text (always at least
     one), with its known facts and rules; None when nothing is due."""
-    started_at = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+    started_at: datetime = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
     rows = conn.execute(
         select(
             episodes.c.id,
@@ -118,12 +118,13 @@ def fetch_batch(
     ).all()
     if not rows:
         return None
-    chosen, total = [], 0
-    for *row, tokens in rows:
-        total += tokens if tokens is not None else len(row[2]) // 4
+    chosen: list[DueEpisode] = []
+    total = 0
+    for row in rows:
+        total += row.content_tokens if row.content_tokens is not None else len(row.content) // 4
         if chosen and max_tokens is not None and total > max_tokens:
             break
-        chosen.append(DueEpisode(*row))
+        chosen.append(DueEpisode(*row[:-1]))
     return Batch(
         tenant_id,
         butler,
@@ -325,9 +326,14 @@ def apply_plan(
                 ctx=ctx,
             )
         links += [_link(batch, ctx, "fact", planned.id, "episode", e, "derived_from") for e in planned.sources]
-    for planned, vector in zip(plan.rules, vectors[len(plan.facts) :], strict=True):
+    for planned_rule, vector in zip(plan.rules, vectors[len(plan.facts) :], strict=True):
         same = _known_like(
-            conn, batch=batch, kind="rule", write=planned.write, vector=vector, threshold=match.rule_match_similarity
+            conn,
+            batch=batch,
+            kind="rule",
+            write=planned_rule.write,
+            vector=vector,
+            threshold=match.rule_match_similarity,
         )
         known = next(iter(same), None)
         if known is not None and known["maturity"] == "anti_pattern":  # learned to be harmful: not learned again
@@ -336,7 +342,7 @@ def apply_plan(
         if known is not None:
             counts.update(
                 _confirm_known(
-                    conn, batch=batch, kind="rule", known=known, sources=planned.sources, ctx=ctx, links=links
+                    conn, batch=batch, kind="rule", known=known, sources=planned_rule.sources, ctx=ctx, links=links
                 )
             )
             counts["rules_merged"] += _merge_known(conn, batch=batch, same=same, ctx=ctx, links=links)
@@ -344,8 +350,8 @@ def apply_plan(
         writes.store_rule(
             conn,
             tenant_id=batch.tenant_id,
-            rule_id=planned.id,
-            write=planned.write,
+            rule_id=planned_rule.id,
+            write=planned_rule.write,
             vector=vector,
             embedding_version_id=version_id,
             source_butler=batch.butler,
@@ -354,8 +360,10 @@ def apply_plan(
             rules=ctx.settings.memory.rules,
         )
         counts["rules"] += 1
-        links += [_link(batch, ctx, "rule", planned.id, "episode", e, "derived_from") for e in planned.sources]
-        links += [_link(batch, ctx, "fact", f, "rule", planned.id, "supports") for f in planned.supported_by]
+        links += [
+            _link(batch, ctx, "rule", planned_rule.id, "episode", e, "derived_from") for e in planned_rule.sources
+        ]
+        links += [_link(batch, ctx, "fact", f, "rule", planned_rule.id, "supports") for f in planned_rule.supported_by]
     links += _feedback(conn, batch=batch, plan=plan, ctx=ctx, counts=counts)
     repo.add_links(conn, links)
     counts["links"] += len(links)
@@ -466,7 +474,9 @@ def _confirm_known(
     return Counter({"confirmed": 1, f"{kind}s_matched": 1})
 
 
-def _feedback(conn: Connection, *, batch: Batch, plan: Plan, ctx: RunContext, counts: Counter[str]) -> list[dict]:
+def _feedback(
+    conn: Connection, *, batch: Batch, plan: Plan, ctx: RunContext, counts: Counter[str]
+) -> list[dict[str, Any]]:
     """Confirmations (episode supports the memory) and contradictions (episode contradicts a fact)."""
     links = []
     for kind, target, sources in plan.confirmations:

@@ -7,12 +7,15 @@ from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from shared.config import DEAD_CLIENT_TIMEOUT_S, Settings
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 EMBEDDED_DB = "memory_butler"
 
@@ -154,7 +157,7 @@ def unit_of_work(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
-def alembic_config(url: str):  # noqa: ANN201 - alembic.config.Config, imported lazily
+def alembic_config(url: str) -> Config:
     from alembic.config import Config
 
     cfg = Config()

@@ -140,7 +140,8 @@ RETURNING w.id, w.tenant_id, w.butler, dead.error"""
 
 def _selection(ids: Sequence[uuid.UUID] | None, tenant_id: str | None, limit: int) -> tuple[str, dict[str, Any]]:
     """The dead letters a redrive or a drop acts on: the given ids, or every one (of the tenant, if given)."""
-    where, params = "", {"limit": limit}
+    where = ""
+    params: dict[str, Any] = {"limit": limit}
     if ids is not None:
         where += " AND id = ANY(:ids)"
         params["ids"] = list(ids)

@@ -20,11 +20,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata as importlib_metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shared import telemetry
 from shared.config import EmbeddingSettings, get_settings
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +60,7 @@ def model_version() -> ModelVersion:
     return ModelVersion(MODEL_NAME, f"{MODEL_PACKAGE}=={importlib_metadata.version(MODEL_PACKAGE)}", DIMENSIONS)
 
 
-def _tokenizer(*, pad: bool):  # noqa: ANN202 - tokenizers.Tokenizer
+def _tokenizer(*, pad: bool) -> Tokenizer:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
@@ -82,9 +86,10 @@ class _TorchBackend:
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         with self._torch.inference_mode():
-            return self._model.encode(
+            vectors: np.ndarray = self._model.encode(
                 texts, batch_size=len(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
             )
+        return vectors
 
 
 class _OnnxBackend:
@@ -107,9 +112,10 @@ class _OnnxBackend:
         encodings = self._tok.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        return self._session.run(
+        vectors: np.ndarray = self._session.run(
             None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         )[0]
+        return vectors
 
 
 def onnx_model_path(cache_dir: Path) -> Path:
@@ -142,8 +148,10 @@ def _export_onnx(path: Path) -> None:
 
     model = AutoModel.from_pretrained(str(model_dir()), local_files_only=True).eval().requires_grad_(False)
 
-    class Pooled(torch.nn.Module):
-        def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: ANN001, ANN201
+    class Pooled(torch.nn.Module):  # type: ignore[misc]  # torch is not analysed (pyproject.toml): Module is Any
+        def forward(
+            self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+        ) -> torch.Tensor:
             out = model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
             mask = attention_mask.unsqueeze(-1).to(out.last_hidden_state.dtype)
             pooled = (out.last_hidden_state * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -198,6 +206,7 @@ class Embedder:
         cache = cache_dir or cfg.cache_dir
         threads = threads or cfg.threads
         self.backend = cfg.backend
+        self._run: _OnnxBackend | _TorchBackend
         if cfg.backend == "onnx":
             try:
                 self._run = _OnnxBackend(cache, threads)
@@ -226,7 +235,8 @@ class Embedder:
         return out
 
     def embed_one(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
+        vector: np.ndarray = self.embed([text])[0]
+        return vector
 
 
 @lru_cache(maxsize=1)
@@ -274,7 +284,7 @@ class TokenCounter:
 
 
 @lru_cache(maxsize=1)
-def _offsets_tokenizer():  # noqa: ANN202 - tokenizers.Tokenizer
+def _offsets_tokenizer() -> Tokenizer:
     return _tokenizer(pad=False)
 
 

@@ -13,6 +13,7 @@ they run inside the forget's or the restore's own transaction.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -69,12 +70,17 @@ def scrub_traces(conn: Connection, *, tenant_id: str, kind: str, entity_id: uuid
     return {"intents_scrubbed": intents, "events_scrubbed": events}
 
 
+def _derived(conn: Connection, *, tenant_id: str, episode_id: uuid.UUID) -> Sequence[tuple[str, uuid.UUID, bool]]:
+    """The facts and rules derived from the episode: (kind, id, whether a source of it is still remembered)."""
+    return conn.execute(text(_DERIVED), {"t": tenant_id, "e": episode_id}).all()
+
+
 def retract_derived(
     conn: Connection, *, tenant_id: str, episode_id: uuid.UUID, actor: str, request_id: str | None
 ) -> list[str]:
     """Retract every live or historic fact and rule none of whose source episodes is remembered any more."""
     out = []
-    for kind, entity_id, remembered in conn.execute(text(_DERIVED), {"t": tenant_id, "e": episode_id}).all():
+    for kind, entity_id, remembered in _derived(conn, tenant_id=tenant_id, episode_id=episode_id):
         row = repo.get_row(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, lock=True)
         if remembered or row is None or row["validity"] == "retracted":
             continue
@@ -100,7 +106,7 @@ def restore_derived(
     """Bring back what forgetting this episode retracted: a fact to its history if it was superseded, else active
     unless another fact now holds its key (then it stays retracted, listed under ``kept``)."""
     restored, kept = [], []
-    for kind, entity_id, remembered in conn.execute(text(_DERIVED), {"t": tenant_id, "e": episode_id}).all():
+    for kind, entity_id, remembered in _derived(conn, tenant_id=tenant_id, episode_id=episode_id):
         row = repo.get_row(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, lock=True)
         if (
             not remembered

@@ -28,7 +28,7 @@ def fuse(
     if not 0 <= semantic_weight <= 1:
         raise ValueError(f"semantic_weight must be in [0, 1], got {semantic_weight}")
     s = min(1.0, max(0.0, semantic or 0.0))
-    k = min(1.0, max(0.0, keyword or 0.0)) ** keyword_exponent
+    k: float = min(1.0, max(0.0, keyword or 0.0)) ** keyword_exponent  # a float: the base is not negative
     return semantic_weight * s + (1 - semantic_weight) * k
 
 

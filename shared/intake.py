@@ -156,10 +156,11 @@ def _assign(
     by_butler: dict[str, list[WriteRequest]] = {}
     for w in writes:
         by_butler.setdefault(w.butler, []).append(w)
-    rows, result = [], {}
+    rows: list[dict[str, Any]] = []
+    result: dict[Any, Accepted] = {}  # by id() of the request, and by (butler, idempotency key)
     for butler in sorted(by_butler):  # a fixed lock order: two batches can't deadlock on counters
         batch = by_butler[butler]
-        last = conn.execute(
+        last: int = conn.execute(
             pg_insert(shard_sequences)
             .values(tenant_id=tenant_id, butler=butler, last_seq=len(batch))
             .on_conflict_do_update(

@@ -18,34 +18,32 @@ from typing import Literal
 
 Intent = Literal["identity", "preference", "procedure", "event", "general"]
 
-_PATTERNS: tuple[tuple[Intent, re.Pattern[str]], ...] = tuple(
-    (intent, re.compile(pattern, re.IGNORECASE))
-    for intent, pattern in (
-        (
-            "procedure",
-            r"\bhow (do|should|can|would) (i|we|you)\b|\bhow to\b|\bsteps?\b|\bprocess\b|\bprocedure\b|"
-            r"\bwhat should (i|you) do\b|\bbest way\b|\bremind me how\b|\binstructions?\b",
-        ),
-        (
-            "event",
-            r"\bwhen did\b|\blast time\b|\bwhat happened\b|\byesterday\b|\blast (week|month|year|night)\b|"
-            r"\b\d+ (days?|weeks?|months?|years?) ago\b|\bhow long ago\b|\bdid (i|we) (go|visit|meet|see)\b",
-        ),
-        (
-            "identity",
-            r"\bwho am i\b|\bmy (name|age|birthday|address|job|occupation|wife|husband|partner|son|daughter|"
-            r"kids?|children|family|allerg\w*|diagnos\w*|blood type|nationality|hometown)\b|"
-            r"\bwhere (do|did) i (live|work|grow up|come from)\b|\bhow old am i\b|\bwhat do i do for (a )?work\b|"
-            r"\bam i allergic\b|\bwhere am i from\b",
-        ),
-        (
-            "preference",
-            r"\b(do|would) i (like|love|enjoy|prefer|hate|dislike)\b|\bfavou?rite\b|\bprefer\w*\b|"
-            r"\bwhat kind of\b|\bmy taste\b|\bwhat (do|would) i (like|enjoy)\b|\brecommend\w*\b|"
-            r"\bsuggest\w*\b|\bwhich .* (should|would) i (pick|choose|like)\b",
-        ),
-    )
+_SOURCES: tuple[tuple[Intent, str], ...] = (
+    (
+        "procedure",
+        r"\bhow (do|should|can|would) (i|we|you)\b|\bhow to\b|\bsteps?\b|\bprocess\b|\bprocedure\b|"
+        r"\bwhat should (i|you) do\b|\bbest way\b|\bremind me how\b|\binstructions?\b",
+    ),
+    (
+        "event",
+        r"\bwhen did\b|\blast time\b|\bwhat happened\b|\byesterday\b|\blast (week|month|year|night)\b|"
+        r"\b\d+ (days?|weeks?|months?|years?) ago\b|\bhow long ago\b|\bdid (i|we) (go|visit|meet|see)\b",
+    ),
+    (
+        "identity",
+        r"\bwho am i\b|\bmy (name|age|birthday|address|job|occupation|wife|husband|partner|son|daughter|"
+        r"kids?|children|family|allerg\w*|diagnos\w*|blood type|nationality|hometown)\b|"
+        r"\bwhere (do|did) i (live|work|grow up|come from)\b|\bhow old am i\b|\bwhat do i do for (a )?work\b|"
+        r"\bam i allergic\b|\bwhere am i from\b",
+    ),
+    (
+        "preference",
+        r"\b(do|would) i (like|love|enjoy|prefer|hate|dislike)\b|\bfavou?rite\b|\bprefer\w*\b|"
+        r"\bwhat kind of\b|\bmy taste\b|\bwhat (do|would) i (like|enjoy)\b|\brecommend\w*\b|"
+        r"\bsuggest\w*\b|\bwhich .* (should|would) i (pick|choose|like)\b",
+    ),
 )
+_PATTERNS = tuple((intent, re.compile(pattern, re.IGNORECASE)) for intent, pattern in _SOURCES)
 
 # Multipliers of the composite score: by type, and for facts by permanence.
 _WEIGHTS: dict[Intent, dict[str, float]] = {

@@ -15,6 +15,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -207,7 +208,7 @@ def lock_key(name: str) -> int:
 def exclusive(engine: Engine, name: str) -> Iterator[bool]:
     """Hold a session advisory lock for the block; yields False at once if another process holds it."""
     with engine.connect() as conn:
-        got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_key(name)}).scalar_one()
+        got: bool = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_key(name)}).scalar_one()
         conn.commit()
         try:
             yield bool(got)
@@ -262,10 +263,10 @@ def decay_sweep(engine: Engine, *, now: datetime, settings: Settings, batch: int
             while True:
                 after, summary = in_transaction(
                     engine,
-                    lambda conn, start=after, kind=kind: decay_sweep_batch(
-                        conn,
+                    partial(
+                        decay_sweep_batch,
                         kind=kind,
-                        after_id=start,
+                        after_id=after,
                         batch=batch,
                         now=now,
                         facts_cfg=settings.memory.facts,

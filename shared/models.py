@@ -5,6 +5,9 @@ tests/integration/test_schema.py checks that every column here exists in the mig
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
@@ -27,7 +30,7 @@ EMBEDDING_DIM = 384
 metadata = MetaData()
 
 
-def _ts(name: str, **kw: object) -> Column:
+def _ts(name: str, **kw: Any) -> Column[datetime]:
     return Column(name, DateTime(timezone=True), **kw)
 
 

@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, text
@@ -109,7 +110,7 @@ def drop_partition(conn: Connection, *, name: str) -> int:
     """Drop one partition whole (no row trigger fires); returns its estimated row count."""
     if partition_month(name) is None:
         raise ValueError(f"not a monthly memory_events partition: {name!r}")
-    rows = conn.execute(
+    rows: int = conn.execute(
         text("SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = CAST(:n AS regclass)"), {"n": name}
     ).scalar_one()
     conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
@@ -140,11 +141,11 @@ def maintain(engine: Engine, *, now: datetime, settings: Settings) -> dict[str, 
     for month in months_ahead(now=now, ahead=s.events_partitions_ahead_months):
         name = partition_name(month)
         if name not in names:
-            result = _step(engine, lambda c, m=month: create_month(c, month=m), outcome, name)
+            result = _step(engine, partial(create_month, month=month), outcome, name)
             if result:
                 outcome[result].append(name)
     for name in expired(names, now=now, retention_days=s.events_retention_days):
-        rows = _step(engine, lambda c, n=name: drop_partition(c, name=n), outcome, name)
+        rows = _step(engine, partial(drop_partition, name=name), outcome, name)
         if rows is not None:
             outcome["dropped"].append(name)
             dropped_rows += rows

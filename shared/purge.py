@@ -43,7 +43,7 @@ def purge_tenant(conn: Connection, *, tenant_id: str, actor: str) -> dict[str, A
     # Lock the tenant row: a concurrent purge of the same tenant waits, then finds nothing.
     if conn.execute(text("SELECT 1 FROM tenants WHERE id = :t FOR UPDATE"), {"t": tenant_id}).first() is None:
         raise NotFound(f"tenant: no tenant {tenant_id!r}", field="tenant")
-    purge_id = conn.execute(
+    purge_id: int = conn.execute(
         text("INSERT INTO tenant_purges (tenant_id, requested_by) VALUES (:t, :a) RETURNING id"),
         {"t": tenant_id, "a": actor},
     ).scalar_one()

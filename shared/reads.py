@@ -139,6 +139,7 @@ class Reader:
     def _vector(self, query: str) -> _PendingVector | Future[str]:
         if self._embed_later is not None:
             return _PendingVector(self._embed_later(query))
+        assert self._embedding is not None  # made when there is no embed_later
         return self._embedding.submit(lambda: to_pgvector(self._embed(query)))
 
     def search(

@@ -7,13 +7,12 @@ run resumes where it stopped and a second run finds nothing to do.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-import numpy as np
 from sqlalchemy import Engine, text
 
 from shared import repository as repo
-from shared.conversation import rebuild_vectors
+from shared.conversation import Embed, rebuild_vectors
 from shared.embedding import ModelVersion, word_piece_offsets
 
 # What is embedded for each type, in SQL: the same text as shared.consolidation_plan.embedding_text.
@@ -38,9 +37,7 @@ def stale_count(engine: Engine, version_id: int) -> int:
         )
 
 
-def reembed(
-    engine: Engine, *, embed: Callable[[list[str]], np.ndarray], version: ModelVersion, batch: int = 256
-) -> Iterator[tuple[str, int]]:
+def reembed(engine: Engine, *, embed: Embed, version: ModelVersion, batch: int = 256) -> Iterator[tuple[str, int]]:
     """Yield (table, rows done in this batch) as batches commit."""
     with engine.begin() as conn:
         version_id = repo.embedding_version_id(conn, version)

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ ANTI_PATTERN_KEEP = (
 Bump = tuple[str, uuid.UUID, bool]  # (type, id, recent): ``recent`` also makes the memory count as just used
 
 
-def flush_bumps(conn, counts: Counter[Bump], now: datetime) -> int:  # noqa: ANN001 - Connection
+def flush_bumps(conn: Connection, counts: Counter[Bump], now: datetime) -> int:
     """Apply accumulated bumps: one statement per type. Returns rows touched.
 
     Every bump adds to ``reference_count``; only a use (search, recall, get) moves ``last_referenced_at``. Being

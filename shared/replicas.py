@@ -78,9 +78,9 @@ class Replica:
             log.debug("read plane: primary WAL position unavailable", extra={"error": type(exc).__name__})
         try:
             with self.engine.connect() as conn:
-                in_recovery, replay = conn.execute(
-                    text("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text")
-                ).one()
+                row = conn.execute(text("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text")).one()
+                in_recovery: bool = row[0]
+                replay: str | None = row[1]
         except Exception as exc:  # noqa: BLE001 - any failure means: read elsewhere
             return self.mark_down(f"unreachable: {type(exc).__name__}")
         if not in_recovery or replay is None:

@@ -207,9 +207,8 @@ def rule_applications_of(conn: Connection, *, rule_id: uuid.UUID, limit: int = 1
 
 
 def harmful_reasons(conn: Connection, *, rule_id: uuid.UUID) -> list[str]:
-    return [
-        r
-        for (r,) in conn.execute(
+    return list(
+        conn.execute(
             select(rule_applications.c.reason)
             .where(
                 rule_applications.c.rule_id == rule_id,
@@ -217,8 +216,8 @@ def harmful_reasons(conn: Connection, *, rule_id: uuid.UUID) -> list[str]:
                 rule_applications.c.reason.is_not(None),
             )
             .order_by(rule_applications.c.occurred_at, rule_applications.c.id)
-        )
-    ]
+        ).scalars()
+    )
 
 
 def embedding_version_id(conn: Connection, version: ModelVersion) -> int:

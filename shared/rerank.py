@@ -11,7 +11,7 @@ order); the rest follow unchanged; every hit's scores are left as the first stag
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -37,7 +37,7 @@ class CrossEncoderReranker:
         return [float(s) for s in self._model.predict([(query, t) for t in texts], show_progress_bar=False)]
 
 
-def rerank(query: str, items: Sequence[T], *, text: callable, reranker: Reranker, top_n: int) -> list[T]:
+def rerank(query: str, items: Sequence[T], *, text: Callable[[T], str], reranker: Reranker, top_n: int) -> list[T]:
     """``items`` with the first ``top_n`` in the reranker's order (stable for ties), the rest after, unchanged."""
     head, tail = list(items[:top_n]), list(items[top_n:])
     scores = reranker.scores(query, [text(item) for item in head])

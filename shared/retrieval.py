@@ -167,7 +167,7 @@ def _hit(kind: str, row: Row, *, score: float, f: Filter) -> Hit:
     )
 
 
-def _group(kind: str, row: Row) -> tuple | None:
+def _group(kind: str, row: Row) -> tuple[object, ...] | None:
     """What diversification counts as "the same thing said again": an episode's session, a fact's subject and
     predicate; a rule stands alone."""
     if kind == "episode":
@@ -237,7 +237,8 @@ def context_sections(
     found = _candidates(
         conn, kinds=("fact", "rule", "episode"), f=f, query=topic, vector=vector, mode="hybrid", settings=settings
     )
-    pool, limit = {"fact": [], "rule": [], "episode": []}, settings.candidate_pool
+    pool: dict[str, list[tuple[float, str, Row]]] = {"fact": [], "rule": [], "episode": []}
+    limit = settings.candidate_pool
     best = {kind: max((r["relevance"] for k, r in found if k == kind), default=0.0) for kind in pool}
     intent = _intent(topic, settings)
     for kind, row in found:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from shared.errors import InvalidInput
+
+M = TypeVar("M", bound=BaseModel)
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 MAX_CONTENT = 20_000
@@ -103,7 +105,7 @@ class RuleWrite(_Strict):
 WRITE_MODELS: dict[str, type[BaseModel]] = {"episode": EpisodeWrite, "fact": FactWrite, "rule": RuleWrite}
 
 
-def parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
+def parse(model: type[M], data: dict[str, Any]) -> M:
     """Validate ``data`` or raise InvalidInput naming the first bad field and the rule it broke."""
     try:
         return model.model_validate(data)

@@ -145,7 +145,9 @@ def _exporter(settings: TracingSettings) -> SpanExporter | None:
     if kind == "console":
         # The real stdout: a Celery worker redirects sys.stdout into its logger, which would wrap each span in a
         # log line.
-        return ConsoleSpanExporter(out=sys.__stdout__, formatter=lambda span: span.to_json(indent=None) + "\n")
+        return ConsoleSpanExporter(
+            out=sys.__stdout__ or sys.stdout, formatter=lambda span: span.to_json(indent=None) + "\n"
+        )
     if kind == "otlp":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -251,7 +253,7 @@ def now_ns() -> int:
     return time.time_ns()
 
 
-def record_applied(intents: Sequence[Mapping[str, Any]], *, started_ns: int, outcomes: Mapping[Any, str]) -> None:
+def record_applied(intents: Sequence[Mapping[Any, Any]], *, started_ns: int, outcomes: Mapping[Any, str]) -> None:
     """One ``memory.apply_intent`` span per intent that stored its accepting call's context, as a child of that
     call and linked to the current (batch) span: the write's own trace shows when, where and how it was applied
     (``outcomes``: intent id → applied | retry | dead_letter; anything but applied is an error status)."""

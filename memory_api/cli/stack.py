@@ -752,7 +752,7 @@ def status_report(settings: Settings) -> tuple[int, dict[str, Any]]:
     if record.get("database_url"):
         postgres.update(url=hide_password(record["database_url"]), **_probe_postgres(record["database_url"]))
     redis_url = record.get("redis_url")
-    redis = {"url": redis_url, "ping": bool(redis_url) and _redis_answers(redis_url)}
+    redis = {"url": redis_url, "ping": bool(redis_url and _redis_answers(redis_url))}
     healthy = (
         record.get("state") == "running"
         and all(c["alive"] for c in components)

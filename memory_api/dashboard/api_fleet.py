@@ -17,6 +17,7 @@ from memory_api.dashboard.params import (
 )
 from memory_api.tools import access
 from memory_api.tools.runtime import utcnow
+from memory_api.tools.services import opened
 from shared import dashboard_health as health_queries
 from shared import dashboard_queries as queries
 from shared.errors import InvalidInput
@@ -124,7 +125,7 @@ def _browser_reader(call: ApiCall) -> Reader:
 
         services = call.services
         reader = Reader(
-            engine=services.engine,
+            engine=opened(services.engine),
             settings=services.settings,
             embed=get_query_embedder().embed_one,
             count_tokens=get_token_counter().count_many,

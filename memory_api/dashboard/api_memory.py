@@ -95,7 +95,7 @@ async def edit_fact(call: ApiCall) -> dict[str, Any]:
 async def _lifecycle(call: ApiCall, kind: str, action: Literal["forget", "restore", "confirm"]) -> dict[str, Any]:
     """Forget (soft delete: retracted), restore or confirm, exactly as memory_forget/restore/confirm do."""
     entity_id, visibility = call.path_id(), _admin(call, f"{action} a {kind}")
-    common = {
+    common: dict[str, Any] = {
         "tenant_id": call.tenant,
         "kind": kind,
         "entity_id": entity_id,

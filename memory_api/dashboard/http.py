@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 
 from memory_api.dashboard.params import MAX_BODY
 from memory_api.tools.runtime import PRINCIPAL_SCOPE_KEY, invalid_from
-from memory_api.tools.services import Services, classify_db_error
+from memory_api.tools.services import Services, classify_db_error, opened
 from shared.dashboard_queries import read_transaction
 from shared.db import unit_of_work
 from shared.errors import ButlerError, InvalidInput, PermissionDenied
@@ -80,11 +80,11 @@ class ApiCall:
     @property
     def read_floor(self) -> int | None:
         """The WAL position this person's reads must see: their own recent edits (None: any fresh replica)."""
-        return self.services.plane.floor([_token_key(self.principal)])
+        return opened(self.services.plane).floor([_token_key(self.principal)])
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """``fn`` in a bounded read-only transaction, in a worker thread, on a replica when one is fresh enough."""
-        plane, floor = self.services.plane, self.read_floor
+        plane, floor = opened(self.services.plane), self.read_floor
 
         def work() -> T:
             with read_transaction(plane.connect(floor=floor), timeout_ms=READ_TIMEOUT_MS) as conn:
@@ -95,7 +95,7 @@ class ApiCall:
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """``fn`` in one transaction (all or nothing), in a worker thread, on the primary; this person's next
         reads see it."""
-        engine, plane, key = self.services.engine, self.services.plane, _token_key(self.principal)
+        engine, plane, key = opened(self.services.engine), opened(self.services.plane), _token_key(self.principal)
 
         def work() -> T:
             with unit_of_work(engine) as conn:

@@ -137,9 +137,12 @@ async def burst(config: BurstConfig, *, stack: LocalStack | None = None, console
             tenant_ids=list(config.tokens) or None,
         )
         create = config.create_tenants if config.create_tenants is not None else not config.tokens
-        if create and engine is None:
+        if not create:
+            tokens = dict(config.tokens)
+        elif engine is None:
             raise SetupError("creating tenants needs --database-url (or pass --token TENANT=TOKEN pairs)")
-        tokens = await asyncio.to_thread(make_tenants, engine, tenants, run_id) if create else dict(config.tokens)
+        else:
+            tokens = await asyncio.to_thread(make_tenants, engine, tenants, run_id)
         await preflight(url, tokens)
         return await _run(
             config,

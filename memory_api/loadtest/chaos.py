@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from typing import Any
 
-from memory_api.loadtest.localstack import LocalStack
 from memory_api.loadtest.metrics import Recorder
 
 DRILLS = ("kill-worker", "redis", "postgres", "front", "replay")
@@ -34,7 +34,7 @@ class Drill:
     """One fault, injected once a share of the burst was accepted, restored ``outage_s`` later."""
 
     name: str
-    stack: LocalStack
+    stack: Any  # a LocalStack, or a fleet of worker hosts (tests/e2e/fleet.py, which adds kill_host)
     outage_s: float = 5.0
     at_fraction: float = 0.3
 

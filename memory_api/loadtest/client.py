@@ -290,7 +290,7 @@ class Reader:
 
     async def _read(self, session: ClientSession, rng: random.Random) -> None:
         query, butler = rng.choice(self.queries), rng.choice(self.butlers)
-        args = (
+        args: dict[str, Any] = (
             {"trigger_prompt": query, "butler": butler}
             if self.tool == "memory_context"
             else {"query": query, "limit": 10}

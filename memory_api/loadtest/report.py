@@ -33,8 +33,8 @@ class Live:
 
     def update(self, completed: int, info: str = "", total: int | None = None) -> None:
         if self.progress is not None and self.task is not None:
-            self.progress.update(
-                self.task, completed=completed, info=info, **({"total": max(total, 1)} if total is not None else {})
+            self.progress.update(  # total=None keeps the task's total
+                self.task, completed=completed, info=info, total=max(total, 1) if total is not None else None
             )
 
 

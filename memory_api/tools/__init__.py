@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from mcp.server.mcpserver.tools import Tool
 from mcp_types import ToolAnnotations
 
 from memory_api.tools import context, erasure, feedback, ops, reading, writing
@@ -47,7 +48,7 @@ TOOLS: tuple[tuple[Callable[..., Any], str, ToolAnnotations], ...] = (
 )
 
 
-def build_tools() -> list[ClassifiedTool]:
+def build_tools() -> list[Tool]:
     """One Tool per entry; descriptions are the functions' docstrings (written for the agent); each outputSchema
     in its lean form (results.lean_schema: the same values, cheaper for a client to check)."""
     tools = [

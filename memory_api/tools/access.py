@@ -70,7 +70,7 @@ def shard_butler(principal: Principal, scope: str) -> str:
 
 def stats_scope(principal: Principal, scope: str | None) -> str | None:
     """memory_stats narrows to one butler; the whole tenant (None) needs admin or a token for every butler."""
-    if scope in (None, EVERY_SCOPE):
+    if scope is None or scope == EVERY_SCOPE:
         if principal.is_admin or covers_all(principal):
             return None
         if scope == EVERY_SCOPE:

@@ -12,6 +12,7 @@ from memory_api.tools import access
 from memory_api.tools.params import Lineage
 from memory_api.tools.results import Purged
 from memory_api.tools.runtime import current_call, tool_call
+from memory_api.tools.services import opened
 from shared.db import unit_of_work
 from shared.errors import InvalidInput
 from shared.purge import purge_tenant
@@ -38,7 +39,7 @@ async def memory_purge_tenant(
     access.require_admin(call.principal, "memory_purge_tenant")
     if confirm_tenant != call.tenant:
         raise InvalidInput("confirm_tenant: type this token's tenant id to confirm the purge", field="confirm_tenant")
-    engine, actor = call.services.engine, f"admin:{call.principal.token_id}"
+    engine, actor = opened(call.services.engine), f"admin:{call.principal.token_id}"
 
     def work() -> dict[str, Any]:
         with unit_of_work(engine) as conn:

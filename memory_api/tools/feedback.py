@@ -15,6 +15,7 @@ from memory_api.tools import access
 from memory_api.tools.params import Lineage, MemoryId, MemoryType
 from memory_api.tools.results import Confirmed, Lifecycle, RuleFeedback
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
+from memory_api.tools.services import opened
 from shared import protection, receipts, writes
 from shared.db import unit_of_work
 
@@ -45,7 +46,7 @@ async def _in_transaction(
     ``receipt`` (an idempotency key) a replay answers the first call's stored result and changes nothing.
 
     Done at once, so this caller's next reads (and any read of ``about``) see it, on a replica or the primary."""
-    engine = call.services.write_engine
+    engine = opened(call.services.write_engine)
 
     def work() -> dict[str, Any]:
         with unit_of_work(engine) as conn:

@@ -13,6 +13,7 @@ from memory_api.tools import access
 from memory_api.tools.params import MAX_ACTIVITY, Lineage, MemoryType, ReadScope
 from memory_api.tools.results import Activity, DeadLetters, Event, Stats
 from memory_api.tools.runtime import Call, current_call, tool_call
+from memory_api.tools.services import opened
 from shared.db import unit_of_work
 from shared.deadletters import Redriven, drop, list_dead_letters, redrive, show_dead_letter
 from shared.errors import InvalidInput, NotFound
@@ -35,7 +36,7 @@ async def memory_stats(ctx: Context, scope: ReadScope | None = None, request_con
     def work() -> dict[str, Any]:
         return reader.stats(tenant_id=call.tenant, scope=scope_)
 
-    numbers, reason = await call.read_or_degrade(work, {})
+    numbers, reason = await call.read_or_degrade(work, dict[str, Any]())  # typed: a bare {} would be dict[Never, Never]
     return Stats(scope=scope_, stats=numbers, degraded=reason is not None, reason=reason, request_id=call.request_id)
 
 
@@ -91,7 +92,7 @@ async def memory_activity_stream(
             entity_types=types,
             scope=None if scope == access.EVERY_SCOPE else scope,
         ),
-        [],
+        list[dict[str, Any]](),  # typed: from a bare [] mypy infers list[Never] for both arguments
     )
     events = [_event(r) for r in rows]
     next_cursor = events[-1].id if events else (cursor if isinstance(cursor, int) else None)
@@ -129,16 +130,18 @@ async def memory_dead_letters(
     access.require_admin(call.principal, "memory_dead_letters")
     if action in ("show", "drop") and id is None:
         raise InvalidInput(f"id: required to {action} a dead letter", field="id")
-    engine, tenant = call.services.engine, call.tenant
+    engine, tenant = opened(call.services.engine), call.tenant
 
     def work() -> list[Any]:
         with unit_of_work(engine) as conn:
             if action == "list":
                 return list_dead_letters(conn, tenant_id=tenant, limit=DEFAULT_ACTIVITY)
             if action == "show":
+                assert id is not None  # refused above
                 letter = show_dead_letter(conn, entity_id=id)
                 return [letter] if letter is not None and letter.tenant_id == tenant else []
             if action == "drop":
+                assert id is not None  # refused above
                 return drop(conn, ids=[id], tenant_id=tenant, actor=call.actor().name)
             return redrive(conn, ids=[id] if id else None, tenant_id=tenant, actor=call.actor().name)
 

@@ -26,8 +26,9 @@ from memory_api.tools.results import Hits, MemoryRecord
 from memory_api.tools.runtime import Call, current_call, tool_call
 from shared import protection
 from shared.errors import Pending
+from shared.schemas import Hit
 
-ALL_TYPES = ("episode", "fact", "rule")
+ALL_TYPES: tuple[MemoryType, ...] = ("episode", "fact", "rule")
 
 
 def _may_open(call: Call) -> bool:
@@ -89,7 +90,7 @@ async def memory_search(
             until=until,
             open_sealed=_may_open(call),
         ),
-        [],
+        list[Hit](),  # typed: from a bare [] mypy infers list[Never] for both arguments
     )
     return Hits(results=hits, count=len(hits), degraded=reason is not None, reason=reason, request_id=call.request_id)
 
@@ -119,7 +120,7 @@ async def memory_recall(
             min_confidence=min_confidence,
             open_sealed=_may_open(call),
         ),
-        [],
+        list[Hit](),  # typed: from a bare [] mypy infers list[Never] for both arguments
     )
     return Hits(results=hits, count=len(hits), degraded=reason is not None, reason=reason, request_id=call.request_id)
 

@@ -19,7 +19,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 
-from memory_api.tools.services import Services, classify_db_error
+from memory_api.tools.services import Services, classify_db_error, opened
 from shared import telemetry, tracing
 from shared.errors import ButlerError, InvalidInput, PermissionDenied, Unavailable
 from shared.reads import Reader
@@ -65,13 +65,13 @@ class Call:
         """The Reader for this call: a replica, unless a recent write of this front that the call names (one of
         ``ids``, its request_id) or its token changed synchronously needs a server that has replayed it."""
         keys = [*(f"id:{i}" for i in ids), self._request_key, _token_key(self.principal)]
-        return self.services.reader.after(self.services.plane.floor(keys))
+        return opened(self.services.reader).after(opened(self.services.plane).floor(keys))
 
     def wrote(self, ids: Iterable[uuid.UUID], *, synchronous: bool = False) -> None:
         """After a commit, in the write's thread: reads naming ``ids`` or this request_id (and, for a change made
         at once rather than accepted for the workers, any read by this token) see it (see :meth:`reader`)."""
         keys = [*(f"id:{i}" for i in ids), self._request_key]
-        self.services.plane.note_write([*keys, _token_key(self.principal) if synchronous else None])
+        opened(self.services.plane).note_write([*keys, _token_key(self.principal) if synchronous else None])
 
     @property
     def _request_key(self) -> str | None:
@@ -111,7 +111,7 @@ def current_call() -> Call:
     return _call.get()
 
 
-def principal_of(ctx: Context, services: Services) -> Principal:
+def principal_of(ctx: Context[Services, Any], services: Services) -> Principal:
     """The authenticated caller: from the HTTP request's scope (set by the auth middleware), else stdio's."""
     request = getattr(ctx.request_context, "request", None)
     if request is not None:
@@ -139,7 +139,7 @@ def tool_call(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]
     @functools.wraps(fn)
     async def wrapper(**kwargs: Any) -> Any:
         started = time.perf_counter()
-        ctx: Context = kwargs["ctx"]
+        ctx: Context[Services, Any] = kwargs["ctx"]
         lineage: RequestContext | None = kwargs.get("request_context")
         request_id = (lineage.request_id if lineage else None) or f"srv-{uuid.uuid4().hex[:16]}"
         services: Services = ctx.request_context.lifespan_context

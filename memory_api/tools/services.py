@@ -48,6 +48,12 @@ WRITE_THREADS = 12
 CONNECT_TIMEOUT_S = 2
 
 
+def opened(resource: T | None) -> T:
+    """A resource :meth:`Services.open` made (None only before it ran)."""
+    assert resource is not None, "Services.open has not run"
+    return resource
+
+
 @dataclass
 class Services:
     """Filled by :meth:`open` at start; tools reach it as the MCP lifespan context."""
@@ -146,8 +152,8 @@ class Services:
     def close(self) -> None:
         for closer in (
             getattr(self.publisher, "close", None),
-            self.bumper and self.bumper.close,
-            self.plane and self.plane.close,
+            self.bumper.close if self.bumper else None,
+            self.plane.close if self.plane else None,
         ):
             if closer is not None:
                 try:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import Field, StringConstraints
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from memory_api.tools import access
@@ -27,6 +27,7 @@ from memory_api.tools.params import (
 )
 from memory_api.tools.results import AcceptedItem, BatchAccepted, WriteAccepted
 from memory_api.tools.runtime import Call, current_call, tool_call, utcnow
+from memory_api.tools.services import opened
 from shared import intake, protection, tracing
 from shared.db import unit_of_work
 from shared.errors import IdempotencyConflict, InvalidInput, Unavailable
@@ -50,7 +51,7 @@ def _check_size(call: Call, field: str, value: str) -> None:
 
 async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> list[Accepted]:
     """Durably accept ``writes`` in one transaction, then wake each shard's worker (never waiting on the broker)."""
-    engine = call.services.write_engine
+    engine = opened(call.services.write_engine)
     trace_context = tracing.current_carrier()  # None when tracing is off
 
     def work() -> list[Accepted]:
@@ -95,7 +96,7 @@ def _wake(call: Call, butler: str) -> None:
 
 
 def _request(
-    call: Call, kind: str, write: BaseModel, butler: str, key: str | None, key_field: str = "idempotency_key"
+    call: Call, kind: str, write: protection.W, butler: str, key: str | None, key_field: str = "idempotency_key"
 ) -> WriteRequest:
     """The write as it may be stored: redacted and, for a listed predicate, sealed (before the outbox row). A replay
     is matched on what the caller sent: sealing draws a fresh nonce, and a policy may change between two tries."""
@@ -113,7 +114,7 @@ def _request(
     )
 
 
-async def _store_one(call: Call, kind: str, write: BaseModel, butler: str, key: str | None) -> WriteAccepted:
+async def _store_one(call: Call, kind: str, write: protection.W, butler: str, key: str | None) -> WriteAccepted:
     request = _request(call, kind, write, butler, key)
     (accepted,) = await _accept(call, [request], actor=butler)
     if accepted.kind != kind:

@@ -139,7 +139,8 @@ def sentences(text: str) -> Iterator[str]:
 
 def turns(content: str) -> Iterator[_Turn]:
     """The episode as turns: a ``Name:`` line speaks for Name until the next speaker; unprefixed text is the user's."""
-    speaker, assistant, lines = USER, False, []
+    speaker, assistant = USER, False
+    lines: list[str] = []
     for line in content.replace("’", "'").replace("‘", "'").splitlines():
         match = SPEAKER.match(line)
         who = match.group("sp") if match else ""
@@ -414,9 +415,9 @@ class HeuristicExtractor:
                 batch.add_fact(found, episode_id)
         for regex, base in RETRACTIONS:
             for match in regex.finditer(sentence):
-                entity = subjects.resolve(match.group("s"), turn, match.start("s"), subjects.mentions(sentence))
-                if entity is not None:
-                    batch.retractions.append((entity, base, match.group("v"), sentence, episode_id))
+                who = subjects.resolve(match.group("s"), turn, match.start("s"), subjects.mentions(sentence))
+                if who is not None:
+                    batch.retractions.append((who, base, match.group("v"), sentence, episode_id))
         if not turn.assistant and not hypothetical:
             rule = _rule_in(sentence)
             if rule:

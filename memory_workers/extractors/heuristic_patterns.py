@@ -135,7 +135,7 @@ class FactPattern:
 _ELIDED = r"(?:,|\band|\bwho)"
 
 
-def _p(form: str, body: str, predicate: str, content: str, **kw: object) -> FactPattern:
+def _p(form: str, body: str, predicate: str, content: str, *, listing: bool = False, kind: str = "") -> FactPattern:
     lead, elided = {
         "verb": (SUBJECT + AUX + ADV + r"\s+", _ELIDED + AUX + ADV + r"\s+"),
         "be": (
@@ -146,11 +146,12 @@ def _p(form: str, body: str, predicate: str, content: str, **kw: object) -> Fact
         "bare": ("", None),
     }[form]
     return FactPattern(
-        re.compile(lead + body, re.IGNORECASE),  # type: ignore[arg-type]
+        re.compile(lead + body, re.IGNORECASE),
         re.compile(elided + body, re.IGNORECASE) if elided else None,
         predicate,
         content,
-        **kw,
+        listing,
+        kind,
     )
 
 

@@ -35,7 +35,7 @@ from shared.conversation import StoredEpisode
 from shared.embedding import word_piece_offsets
 from shared.db import unit_of_work
 from shared.errors import InvalidInput, Unavailable
-from shared.schemas import WRITE_MODELS, parse
+from shared.schemas import WRITE_MODELS, EpisodeWrite, parse
 from shared.sharding import ShardKey
 from shared.writes import Actor, NewEpisode
 
@@ -207,7 +207,8 @@ def _apply_all(
     conn: Connection, rt: Runtime, *, intents: Sequence[RowMapping], actor: Actor
 ) -> tuple[list[RowMapping], list[tuple[RowMapping, Exception]]]:
     """Every intent in its own savepoint (episodes in one statement first); returns (applied, failures)."""
-    parsed, failures = [], []
+    parsed: list[tuple[RowMapping, Any]] = []
+    failures: list[tuple[RowMapping, Exception]] = []
     for intent in intents:
         try:
             parsed.append((intent, _parse(intent)))
@@ -232,7 +233,7 @@ def _apply_all(
 def _parse(intent: RowMapping) -> Any:
     """The intent's validated write; an episode must belong to the shard key it was accepted under."""
     write = parse(WRITE_MODELS[intent["kind"]], intent["payload"])
-    if intent["kind"] == "episode" and write.butler != intent["butler"]:
+    if isinstance(write, EpisodeWrite) and write.butler != intent["butler"]:
         raise InvalidInput(
             f"butler: payload says {write.butler!r}, the intent's key says {intent['butler']!r}", field="butler"
         )
@@ -263,6 +264,7 @@ def _insert_episodes(
 def _insert(
     conn: Connection, rt: Runtime, items: list[tuple[RowMapping, Any, np.ndarray]], version_id: int | None, actor: Actor
 ) -> None:
+    assert version_id is not None  # the items are parsed intents: their model version was looked up
     episodes = [
         NewEpisode(id=i["id"], seq=i["seq"], write=w, request_id=i["request_id"], accepted_at=i["created_at"])
         for i, w, _ in items
