@@ -188,3 +188,21 @@ def test_fact_and_rule_vectors_index_only_live_rows_and_reads_still_use_them(con
         )
         # then the planner proves the index's predicate and uses it
         assert f"idx_{table}_embedding" in plan, plan
+
+
+@pytest.mark.parametrize("words", [5, 20, 40, 300])
+def test_an_episode_keeps_its_vector_in_the_row(conn, tenant, words):
+    # given an episode of a chat turn's width (with the EXTERNAL storage pgvector declares, a 20-word turn and its
+    # preceding turn push the vector out of line: measured, not assumed)
+    eid = _episode(conn, tenant)
+    turn = " ".join(uuid.uuid4().hex for _ in range(words))
+    conn.execute(text("UPDATE episodes SET content = :c, preceding = :c WHERE id = :id"), {"c": turn, "id": eid})
+    # then its vector is in the row, where the read path's exact sort reads it
+    out_of_line = conn.execute(
+        text("SELECT pg_column_toast_chunk_id(embedding) IS NOT NULL FROM episodes WHERE id = :id"), {"id": eid}
+    ).scalar_one()
+    assert out_of_line is False
+    # and a lexeme's postings carry their counts in the key's index (an index-only scan)
+    assert (
+        "INCLUDE (tf, ctf)" in conn.execute(text("SELECT pg_get_indexdef('episode_terms_pkey'::regclass)")).scalar_one()
+    )
