@@ -43,7 +43,10 @@ HELD_LOCKS_SQL = text("""
 SELECT l.classid::bigint AS classid, l.objid::bigint AS objid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND a.client_addr = CAST(:addr AS inet)
 """)
-APPLIED_SQL = text("SELECT 1 FROM memory_events WHERE event_type = 'episode.stored' AND actor LIKE :actor LIMIT 1")
+APPLIED_SQL = text(
+    "SELECT 1 FROM memory_events WHERE event_type = 'episode.stored' AND actor LIKE :actor AND occurred_at > :since "
+    "LIMIT 1"
+)
 BACKENDS_SQL = text("SELECT count(*) FROM pg_stat_activity WHERE client_addr = CAST(:addr AS inet)")
 
 
@@ -75,6 +78,7 @@ class Fleet:
     database_url: str = ""
     redis_url: str = ""
     killed: dict[str, Any] = field(default_factory=dict)  # what kill_host saw and did
+    started_at: dict[str, datetime] = field(default_factory=dict)  # a worker host's last revive_host
     _engine: Any = None
     _argv: dict[str, list[str]] = field(default_factory=dict)
 
@@ -295,9 +299,11 @@ class Fleet:
         return held
 
     def applied_by(self, host: str) -> bool:
-        """Whether a write applied by ``host``'s worker has committed."""
+        """Whether a write applied by ``host``'s worker has committed since it was (re)started: an earlier drill's
+        applies on the same database do not count (they let a drill cut a revived host before it worked)."""
+        since = self.started_at.get(host, datetime.min.replace(tzinfo=timezone.utc))
         with self.engine.connect() as conn:
-            return conn.execute(APPLIED_SQL, {"actor": f"worker:{host}@%"}).first() is not None
+            return conn.execute(APPLIED_SQL, {"actor": f"worker:{host}@%", "since": since}).first() is not None
 
     def _partition(self, host: str) -> None:
         """Cut the link while the host holds a lock, as PostgreSQL sees it after the cut (a COMMIT may have slipped
@@ -329,6 +335,7 @@ class Fleet:
             self.procs[host].popen.wait(STOP_GRACE_S)
         self.network.link_up(host)
         self.killed = {}
+        self.started_at[host] = datetime.now(timezone.utc)
         self._spawn(host, host, self._argv[host])
         self.wait_ready()
 
