@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_api.dashboard.api_memory import page_body
+from memory_api.dashboard.api_memory import episodes_page, facts_page, rules_page
 from memory_api.dashboard.http import ApiCall, endpoint
 from memory_api.dashboard.params import (
     ActivityQuery,
@@ -159,59 +159,17 @@ async def butler_stats(call: ApiCall) -> dict[str, Any]:
 
 @endpoint(query=ButlerFactQuery)
 async def butler_facts(call: ApiCall) -> dict[str, Any]:
-    (name, visibility), q = _butler(call), call.query
-    page = await call.read(
-        lambda conn: queries.list_facts(
-            conn,
-            tenant_id=call.tenant,
-            visibility=visibility,
-            now=utcnow(),
-            limit=q.limit,
-            offset=q.offset,
-            subject=q.subject,
-            q=q.q,
-            min_confidence=q.min_confidence,
-            permanence=q.permanence,
-            source_butler=q.source_butler,
-            validity=q.validity,
-        )
-    )
-    return {"butler": name, **page_body(page, limit=q.limit, offset=q.offset)}
+    name, visibility = _butler(call)
+    return {"butler": name, **await facts_page(call, visibility)}
 
 
 @endpoint(query=ButlerRuleQuery)
 async def butler_rules(call: ApiCall) -> dict[str, Any]:
-    (name, visibility), q = _butler(call), call.query
-    page = await call.read(
-        lambda conn: queries.list_rules(
-            conn,
-            tenant_id=call.tenant,
-            visibility=visibility,
-            limit=q.limit,
-            offset=q.offset,
-            maturity=q.maturity,
-            q=q.q,
-            validity=q.validity,
-        )
-    )
-    return {"butler": name, **page_body(page, limit=q.limit, offset=q.offset)}
+    name, visibility = _butler(call)
+    return {"butler": name, **await rules_page(call, visibility)}
 
 
 @endpoint(query=ButlerEpisodeQuery)
 async def butler_episodes(call: ApiCall) -> dict[str, Any]:
-    (name, visibility), q = _butler(call), call.query
-    page = await call.read(
-        lambda conn: queries.list_episodes(
-            conn,
-            tenant_id=call.tenant,
-            visibility=visibility,
-            limit=q.limit,
-            offset=q.offset,
-            butler=name,
-            start=q.start,
-            end=q.end,
-            status=q.status,
-            include_forgotten=q.include_forgotten,
-        )
-    )
-    return {"butler": name, **page_body(page, limit=q.limit, offset=q.offset)}
+    name, visibility = _butler(call)
+    return {"butler": name, **await episodes_page(call, visibility, butler=name)}

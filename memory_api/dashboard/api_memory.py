@@ -15,6 +15,7 @@ from shared import dashboard_details as details
 from shared import dashboard_queries as queries
 from shared.dashboard_queries import Page
 from shared.embedding import get_query_embedder
+from shared.writes import Visibility
 
 
 def page_body(page: Page, *, limit: int, offset: int) -> dict[str, Any]:
@@ -44,23 +45,7 @@ def _admin(call: ApiCall, what: str) -> writes.Visibility:
 async def list_facts(call: ApiCall) -> dict[str, Any]:
     q = call.query
     visibility = access.read_visibility(call.principal, q.scope)
-    page = await call.read(
-        lambda conn: queries.list_facts(
-            conn,
-            tenant_id=call.tenant,
-            visibility=visibility,
-            now=utcnow(),
-            limit=q.limit,
-            offset=q.offset,
-            subject=q.subject,
-            q=q.q,
-            min_confidence=q.min_confidence,
-            permanence=q.permanence,
-            source_butler=q.source_butler,
-            validity=q.validity,
-        )
-    )
-    return page_body(page, limit=q.limit, offset=q.offset)
+    return await facts_page(call, visibility)
 
 
 @endpoint()
@@ -128,19 +113,7 @@ async def confirm_fact(call: ApiCall) -> dict[str, Any]:
 async def list_rules(call: ApiCall) -> dict[str, Any]:
     q = call.query
     visibility = access.read_visibility(call.principal, q.scope)
-    page = await call.read(
-        lambda conn: queries.list_rules(
-            conn,
-            tenant_id=call.tenant,
-            visibility=visibility,
-            limit=q.limit,
-            offset=q.offset,
-            maturity=q.maturity,
-            q=q.q,
-            validity=q.validity,
-        )
-    )
-    return page_body(page, limit=q.limit, offset=q.offset)
+    return await rules_page(call, visibility)
 
 
 @endpoint()
@@ -212,21 +185,7 @@ async def list_episodes(call: ApiCall) -> dict[str, Any]:
     visibility = access.default_visibility(call.principal)
     if q.butler is not None:
         access.require_butler(call.principal, q.butler)
-    page = await call.read(
-        lambda conn: queries.list_episodes(
-            conn,
-            tenant_id=call.tenant,
-            visibility=visibility,
-            limit=q.limit,
-            offset=q.offset,
-            butler=q.butler,
-            start=q.start,
-            end=q.end,
-            status=q.status,
-            include_forgotten=q.include_forgotten,
-        )
-    )
-    return page_body(page, limit=q.limit, offset=q.offset)
+    return await episodes_page(call, visibility, butler=q.butler)
 
 
 @endpoint()
@@ -237,3 +196,64 @@ async def get_episode(call: ApiCall) -> dict[str, Any]:
             conn, tenant_id=call.tenant, episode_id=episode_id, visibility=visibility, now=utcnow()
         )
     )
+
+
+async def facts_page(call: ApiCall, visibility: Visibility) -> dict[str, Any]:
+    """A page of the facts ``visibility`` shows, filtered by the query's fact filters (the tenant's list and a
+    butler's)."""
+    q = call.query
+    page = await call.read(
+        lambda conn: queries.list_facts(
+            conn,
+            tenant_id=call.tenant,
+            visibility=visibility,
+            now=utcnow(),
+            limit=q.limit,
+            offset=q.offset,
+            subject=q.subject,
+            q=q.q,
+            min_confidence=q.min_confidence,
+            permanence=q.permanence,
+            source_butler=q.source_butler,
+            validity=q.validity,
+        )
+    )
+    return page_body(page, limit=q.limit, offset=q.offset)
+
+
+async def rules_page(call: ApiCall, visibility: Visibility) -> dict[str, Any]:
+    """A page of the rules ``visibility`` shows, filtered by the query's rule filters."""
+    q = call.query
+    page = await call.read(
+        lambda conn: queries.list_rules(
+            conn,
+            tenant_id=call.tenant,
+            visibility=visibility,
+            limit=q.limit,
+            offset=q.offset,
+            maturity=q.maturity,
+            q=q.q,
+            validity=q.validity,
+        )
+    )
+    return page_body(page, limit=q.limit, offset=q.offset)
+
+
+async def episodes_page(call: ApiCall, visibility: Visibility, *, butler: str | None) -> dict[str, Any]:
+    """A page of the episodes ``visibility`` shows (of ``butler`` only, if given), filtered by the query."""
+    q = call.query
+    page = await call.read(
+        lambda conn: queries.list_episodes(
+            conn,
+            tenant_id=call.tenant,
+            visibility=visibility,
+            limit=q.limit,
+            offset=q.offset,
+            butler=butler,
+            start=q.start,
+            end=q.end,
+            status=q.status,
+            include_forgotten=q.include_forgotten,
+        )
+    )
+    return page_body(page, limit=q.limit, offset=q.offset)
