@@ -107,7 +107,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "event_serializer": "json",
         "task_routes": (shard_router(settings.workers.shard_count),),
         "task_default_queue": MAINTENANCE_QUEUE,
-        "task_send_sent_event": True,
+        # No "task-sent" event per message: it was a second Redis publish on every accept's wake-up, for a state
+        # Flower shows anyway from the worker's own events (received, started, succeeded) a moment later.
+        "task_send_sent_event": False,
         "worker_send_task_events": True,
         # One message per process at a time: a long consolidation never sits on messages others could run.
         "worker_prefetch_multiplier": 1,

@@ -17,10 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, RowMapping, func, select, text, tuple_, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from shared.errors import IdempotencyConflict
-from shared.models import shard_sequences, write_intents
+from shared.models import write_intents
 
 
 class ConcurrentReplay(Exception):
@@ -142,6 +141,31 @@ def _conflict(index: int, writes: Sequence[WriteRequest], used_by: str) -> Idemp
     )
 
 
+# One statement, one round trip per butler: take the next len(batch) numbers of the key's sequence (the upsert
+# row-locks the counter until commit, so two accepts of one key cannot interleave) and insert the intents numbered
+# from them in the batch's order. A row whose idempotency key another request inserted meanwhile is skipped (then
+# fewer ids come back: ConcurrentReplay). Plain SQL: this is every accept's statement, and compiling it per call was
+# a fifth of an accept's front CPU.
+_ASSIGN = text(
+    """
+    WITH seq AS (
+        INSERT INTO shard_sequences AS s (tenant_id, butler, last_seq) VALUES (:tenant_id, :butler, :n)
+        ON CONFLICT (tenant_id, butler) DO UPDATE SET last_seq = s.last_seq + :n
+        RETURNING last_seq
+    )
+    INSERT INTO write_intents (id, tenant_id, butler, seq, kind, payload, idempotency_key, payload_hash,
+                               request_id, actor, created_at, trace_context)
+    SELECT w.id, :tenant_id, :butler, seq.last_seq - :n + w.ord, w.kind, w.payload, w.idempotency_key,
+           w.payload_hash, :request_id, :actor, clock_timestamp(), CAST(:trace_context AS jsonb)
+    FROM seq, unnest(CAST(:ids AS uuid[]), CAST(:kinds AS text[]), CAST(:payloads AS jsonb[]),
+                     CAST(:keys AS text[]), CAST(:hashes AS text[]))
+         WITH ORDINALITY AS w(id, kind, payload, idempotency_key, payload_hash, ord)
+    ON CONFLICT (tenant_id, butler, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, seq
+    """
+)
+
+
 def _assign(
     conn: Connection,
     *,
@@ -152,57 +176,40 @@ def _assign(
     request_id: str | None,
     trace_context: dict[str, str] | None,
 ) -> dict[Any, Accepted]:
-    """Allocate gap-free sequences per butler (row-locking the counter until commit) and insert the intents."""
+    """Allocate gap-free sequences per butler and insert the intents (the accept time is the database's clock,
+    never the front's: a fact's "is it late?" check, shared.writes.store_fact, orders writes by it)."""
     by_butler: dict[str, list[WriteRequest]] = {}
     for w in writes:
         by_butler.setdefault(w.butler, []).append(w)
-    rows: list[dict[str, Any]] = []
     result: dict[Any, Accepted] = {}  # by id() of the request, and by (butler, idempotency key)
+    context = json.dumps(trace_context) if trace_context is not None else None
     for butler in sorted(by_butler):  # a fixed lock order: two batches can't deadlock on counters
         batch = by_butler[butler]
-        last: int = conn.execute(
-            pg_insert(shard_sequences)
-            .values(tenant_id=tenant_id, butler=butler, last_seq=len(batch))
-            .on_conflict_do_update(
-                index_elements=["tenant_id", "butler"], set_={"last_seq": shard_sequences.c.last_seq + len(batch)}
-            )
-            .returning(shard_sequences.c.last_seq)
-        ).scalar_one()
-        for offset, w in enumerate(batch):
-            accepted = Accepted(uuid.uuid4(), w.kind, butler, last - len(batch) + 1 + offset, w.idempotency_key, False)
+        ids = [uuid.uuid4() for _ in batch]
+        returned = conn.execute(
+            _ASSIGN,
+            {
+                "tenant_id": tenant_id,
+                "butler": butler,
+                "n": len(batch),
+                "request_id": request_id,
+                "actor": actor,
+                "trace_context": context,
+                "ids": ids,
+                "kinds": [w.kind for w in batch],
+                "payloads": [json.dumps(w.payload) for w in batch],
+                "keys": [w.idempotency_key for w in batch],
+                "hashes": [hashes[id(w)] for w in batch],
+            },
+        )
+        seqs = {intent_id: seq for intent_id, seq in returned}
+        if len(seqs) != len(batch):
+            raise ConcurrentReplay("an idempotency key was accepted concurrently")
+        for w, intent_id in zip(batch, ids, strict=True):
+            accepted = Accepted(intent_id, w.kind, butler, seqs[intent_id], w.idempotency_key, False)
             result[id(w)] = accepted
             if w.idempotency_key:
                 result[(butler, w.idempotency_key)] = accepted
-            rows.append(
-                {
-                    "id": accepted.id,
-                    "tenant_id": tenant_id,
-                    "butler": butler,
-                    "seq": accepted.seq,
-                    "kind": w.kind,
-                    "payload": w.payload,
-                    "idempotency_key": w.idempotency_key,
-                    "payload_hash": hashes[id(w)],
-                    "request_id": request_id,
-                    "actor": actor,
-                    # The accept time is the database's clock, never the front's: a fact's "is it late?"
-                    # check (shared.writes.store_fact) orders writes by it, and fronts' clocks differ.
-                    "created_at": func.clock_timestamp(),
-                    "trace_context": trace_context,
-                }
-            )
-    if rows:
-        inserted = conn.execute(
-            pg_insert(write_intents)
-            .values(rows)
-            .on_conflict_do_nothing(
-                index_elements=["tenant_id", "butler", "idempotency_key"],
-                index_where=write_intents.c.idempotency_key.is_not(None),
-            )
-            .returning(write_intents.c.id)
-        ).all()
-        if len(inserted) != len(rows):
-            raise ConcurrentReplay("an idempotency key was accepted concurrently")
     return result
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.polling import poll
 import redis as redis_lib
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from memory_workers import app as worker_app
 from memory_workers.enqueue import Publisher, wake_apply
@@ -129,6 +129,42 @@ def test_a_burst_is_applied_in_seq_order_exactly_once_with_one_embed_call_per_ba
     assert len(rt.embedder.calls) == math.ceil(23 / BATCH)
     assert all(len(call) <= BATCH for call in rt.embedder.calls)
     assert sum(len(call) for call in rt.embedder.calls) == 23
+
+
+def test_an_accept_is_one_statement_per_butler_numbered_in_order(engine):
+    """The accept path every write takes: no key, no look-up; one statement per butler takes the numbers and
+    inserts the intents, in the call's order, gap-free across calls."""
+    tenant_id = new_tenant(engine)
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        first = accept(engine, tenant_id, [episode("one"), episode("two", "health"), episode("three")])
+        second = accept(engine, tenant_id, [episode("four")])
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert len(statements) == 3 and all("INSERT INTO write_intents" in s for s in statements)  # 2 butlers, then 1
+    assert [(a.butler, a.seq) for a in first + second] == [
+        ("general", 1),
+        ("health", 1),
+        ("general", 2),
+        ("general", 3),
+    ]
+    stored = rows(
+        engine,
+        "SELECT butler, seq, payload->>'content', created_at IS NOT NULL FROM write_intents WHERE tenant_id = :t "
+        "ORDER BY butler, seq",
+        t=tenant_id,
+    )
+    assert [tuple(r) for r in stored] == [
+        ("general", 1, "one", True),
+        ("general", 2, "three", True),
+        ("general", 3, "four", True),
+        ("health", 1, "two", True),
+    ]
 
 
 def test_redelivering_the_task_changes_nothing(settings, engine, model):
