@@ -112,14 +112,30 @@ def read_settings(*, pool: int, timeout_ms: int, generic_plans: bool = False) ->
     A tenant-filtered HNSW scan finds too few rows unless it may keep scanning (iterative scan) with an
     ef_search of at least the candidates fetched. ``generic_plans`` lets the driver's prepared statements skip
     planning: right for :func:`gather`, whose plan is fixed by its shape (the scope size picks the shape, not the
-    planner), measured 1.5 ms less per statement; not for ad-hoc reads whose best plan depends on the values.
+    planner), measured 1.5 ms less per statement; not for ad-hoc reads whose best plan depends on the values (they
+    say so, in case their connection's session prefers generic plans: :func:`retrieval_session`).
     """
     return (
         f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}; "
-        f"SET LOCAL hnsw.ef_search = {max(40, min(int(pool), 1000))}; "
-        "SET LOCAL hnsw.iterative_scan = relaxed_order"
-        + ("; SET LOCAL plan_cache_mode = force_generic_plan" if generic_plans else "")
+        f"SET LOCAL hnsw.ef_search = {_ef_search(pool)}; "
+        "SET LOCAL hnsw.iterative_scan = relaxed_order; "
+        f"SET LOCAL plan_cache_mode = {'force_generic_plan' if generic_plans else 'auto'}"
     )
+
+
+def retrieval_session(*, pool: int, timeout_ms: int) -> str:
+    """The same settings for the whole session of a connection that serves only reads (the front's read pools):
+    its retrieval reads then need no transaction - one statement, one round trip, instead of BEGIN and the
+    settings, the statement, COMMIT. Every other read on such a connection opens a transaction and sets its own
+    (``read_settings``, the dashboard's read_transaction), which override these for that transaction."""
+    return (
+        f"SET statement_timeout = {int(timeout_ms)}; SET hnsw.ef_search = {_ef_search(pool)}; "
+        "SET hnsw.iterative_scan = relaxed_order; SET plan_cache_mode = force_generic_plan"
+    )
+
+
+def _ef_search(pool: int) -> int:
+    return max(40, min(int(pool), 1000))
 
 
 VISIBLE_TTL_S = 30.0

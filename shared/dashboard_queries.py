@@ -51,7 +51,12 @@ def read_transaction(source: Engine | Connection, *, timeout_ms: int) -> Iterato
     connection of ``source`` or on the connection given (closed at the end)."""
     connection = source.connect() if isinstance(source, Engine) else source
     with connection.execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
-        conn.execute(text(f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}"))
+        conn.execute(
+            text(
+                f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}; "
+                "SET LOCAL plan_cache_mode = auto"  # on a read pool's connection, the session prefers generic plans
+            )
+        )
         yield conn
 
 

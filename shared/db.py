@@ -107,6 +107,9 @@ def dead_client_settings(timeout_s: float) -> dict[str, str]:
     }
 
 
+SESSION_SETTINGS = "memory_butler.session_settings"  # a pooled connection's info key: the settings it runs with
+
+
 def make_engine(
     url: str,
     *,
@@ -115,12 +118,15 @@ def make_engine(
     max_overflow: int | None = None,
     dead_client_timeout_s: float = DEAD_CLIENT_TIMEOUT_S,
     pre_ping: bool = True,
+    session_settings: str | None = None,
 ) -> Engine:
     """An engine with a bounded connect time whose sessions end when their client vanishes; made once per process
     (see :func:`engine_for`).
 
     ``pre_ping=False`` saves a round trip per checkout, for callers that fail open anyway: a connection found
-    dead fails its statement, and the pool then replaces every connection older than it."""
+    dead fails its statement, and the pool then replaces every connection older than it.
+    ``session_settings``: SET statements every new connection runs once (an engine that serves only reads, see
+    :func:`shared.candidates.retrieval_session`); recorded in each connection's ``info[SESSION_SETTINGS]``."""
     engine = create_engine(
         normalise_url(url),
         pool_size=pool_size,
@@ -132,14 +138,18 @@ def make_engine(
     settings = dead_client_settings(dead_client_timeout_s)
 
     @event.listens_for(engine, "connect")
-    def _end_session_when_client_vanishes(dbapi_connection: Any, _record: Any) -> None:
+    def _end_session_when_client_vanishes(dbapi_connection: Any, record: Any) -> None:
         # One round trip per new pooled connection; set_config rather than libpq's `options`, which PgBouncer refuses.
         with dbapi_connection.cursor() as cursor:
             cursor.execute(
                 "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
                 [v for item in settings.items() for v in item],
             )
+            if session_settings:
+                cursor.execute(session_settings)
         dbapi_connection.commit()
+        if session_settings:
+            record.info[SESSION_SETTINGS] = session_settings
 
     return engine
 

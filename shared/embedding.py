@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -93,29 +93,40 @@ class _TorchBackend:
 
 
 class _OnnxBackend:
-    def __init__(self, cache_dir: Path, threads: int) -> None:
-        import onnxruntime as ort
+    """``long``: (threads, word pieces) - a single text at least that long runs on a second session with more
+    threads (lower latency for one long query; see EmbeddingSettings.query_long_threads)."""
 
+    def __init__(self, cache_dir: Path, threads: int, long: tuple[int, int] | None = None) -> None:
         path = onnx_model_path(cache_dir)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # The pool's threads spin while a run needs them and stop when it returns, leaving the cores to the read
-        # that asked (measured on 2 cores, a 15-token query alone: 1 thread 10.4 ms, 2 threads with the stop 6.4,
-        # spinning without it 7.1, not spinning 9.7; without the stop the spinning thread keeps a core busy
-        # after the run, while the read goes on to the database).
-        options.add_session_config_entry("session.force_spinning_stop", "1")
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._session = _onnx_session(path, threads)
+        self._long = (_onnx_session(path, long[0]), long[1]) if long and long[0] > threads else None
         self._tok = _tokenizer(pad=True)
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         encodings = self._tok.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        vectors: np.ndarray = self._session.run(
+        session = self._session
+        if self._long is not None and len(texts) == 1 and ids.shape[1] >= self._long[1]:
+            session = self._long[0]
+        vectors: np.ndarray = session.run(
             None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         )[0]
         return vectors
+
+
+def _onnx_session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # The pool's threads spin while a run needs them and stop when it returns, leaving the cores to the read
+    # that asked (measured on 2 cores, a 15-token query alone: 1 thread 10.4 ms, 2 threads with the stop 6.4,
+    # spinning without it 7.1, not spinning 9.7; without the stop the spinning thread keeps a core busy
+    # after the run, while the read goes on to the database).
+    options.add_session_config_entry("session.force_spinning_stop", "1")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def onnx_model_path(cache_dir: Path) -> Path:
@@ -201,6 +212,7 @@ class Embedder:
         threads: int | None = None,
         cache_dir: Path | None = None,
         query: bool = False,
+        long: tuple[int, int] | None = None,
     ) -> None:
         cfg = cfg or get_settings().embedding
         cache = cache_dir or cfg.cache_dir
@@ -209,7 +221,7 @@ class Embedder:
         self._run: _OnnxBackend | _TorchBackend
         if cfg.backend == "onnx":
             try:
-                self._run = _OnnxBackend(cache, threads)
+                self._run = _OnnxBackend(cache, threads, long)
             except Exception as exc:  # torch is always installed: a failed export must not stop the service
                 log.warning("ONNX backend unavailable; using torch", extra={"error": str(exc)[:500]})
                 self._run, self.backend = _TorchBackend(cfg, threads), "torch"
@@ -247,8 +259,10 @@ def get_embedder() -> Embedder:
 
 @lru_cache(maxsize=1)
 def get_query_embedder() -> Embedder:
-    """The process-wide embedder for the read path's queries (``query_threads`` per query; made on first use)."""
-    return Embedder(threads=get_settings().embedding.query_threads, query=True)
+    """The process-wide embedder for the read path's queries (``query_threads`` per query, ``query_long_threads``
+    for one long query; made on first use)."""
+    cfg = get_settings().embedding
+    return Embedder(threads=cfg.query_threads, query=True, long=(cfg.query_long_threads, cfg.query_long_tokens))
 
 
 class TokenCounter:

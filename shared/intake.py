@@ -202,7 +202,7 @@ def _assign(
                 "hashes": [hashes[id(w)] for w in batch],
             },
         )
-        seqs = {intent_id: seq for intent_id, seq in returned}
+        seqs: dict[uuid.UUID, int] = {row.id: row.seq for row in returned}
         if len(seqs) != len(batch):
             raise ConcurrentReplay("an idempotency key was accepted concurrently")
         for w, intent_id in zip(batch, ids, strict=True):

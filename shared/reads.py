@@ -25,7 +25,7 @@ from shared import retrieval
 from shared import telemetry
 from shared.candidates import Filter
 from shared.config import Settings
-from shared.db import sqlstate
+from shared.db import SESSION_SETTINGS, sqlstate
 from shared.embedding import to_pgvector
 from shared.errors import InvalidInput, Unavailable
 from shared.lifecycle import rule_evidence
@@ -38,6 +38,15 @@ from shared.schemas import Hit
 from shared.writes import Visibility, load_visible
 
 QUERY_CANCELED = "57014"  # SQLSTATE of a statement cancelled by statement_timeout
+
+
+def session_settings(settings: Settings) -> str:
+    """What a read pool's connections run once (``db.make_engine(session_settings=...)``) so that the retrieval
+    reads of a :class:`Reader` with these ``settings`` need no transaction."""
+    retrieval = settings.memory.retrieval
+    return candidates.retrieval_session(pool=retrieval.candidate_pool, timeout_ms=retrieval.read_timeout_ms)
+
+
 EmbedQuery = Callable[[str], np.ndarray]
 EmbedLater = Callable[[str], Future[np.ndarray]]  # e.g. shared.query_batcher.QueryBatcher.submit
 CountTokens = Callable[[Sequence[str]], list[int]]
@@ -69,6 +78,7 @@ class Reader:
         self._floor: int | None = None
         self.settings = settings
         self.retrieval = settings.memory.retrieval
+        self._session = session_settings(settings)
         self._embed = embed
         self._count = count_tokens
         self._bumper = bumper
@@ -89,15 +99,24 @@ class Reader:
 
     @contextmanager
     def _read(self, *, generic_plans: bool = False) -> Iterator[Connection]:
-        """A read-only transaction with a statement timeout; DB trouble becomes Unavailable."""
+        """A read-only transaction with a statement timeout; DB trouble becomes Unavailable.
+
+        ``generic_plans``: a retrieval read (search, recall, context). On a connection whose session already has
+        the retrieval settings (the front's read pools, :func:`shared.candidates.retrieval_session`) it runs
+        without a transaction: each statement is its own snapshot, one round trip each. Its statements read
+        memories, never intents, so no two of them must agree on one snapshot."""
         settings = candidates.read_settings(
             pool=self.retrieval.candidate_pool, timeout_ms=self.retrieval.read_timeout_ms, generic_plans=generic_plans
         )
         try:
-            # One snapshot for the whole read: a row and the intent that precedes it are seen consistently. The
-            # transaction is opened by hand so BEGIN and the read's settings travel in one round trip (the driver
-            # would send its BEGIN alone first). The connection is a replica's or the primary's (self.plane).
+            # The connection is a replica's or the primary's (self.plane).
             with self.plane.connect(floor=self._floor).execution_options(isolation_level="AUTOCOMMIT") as conn:
+                if generic_plans and conn.info.get(SESSION_SETTINGS) == self._session:
+                    yield conn
+                    return
+                # One snapshot for the whole read: a row and the intent that precedes it are seen consistently.
+                # The transaction is opened by hand so BEGIN and the read's settings travel in one round trip (the
+                # driver would send its BEGIN alone first).
                 conn.execute(text(f"BEGIN ISOLATION LEVEL REPEATABLE READ; {settings}"))
                 try:
                     yield conn

@@ -58,9 +58,13 @@ def replica_label(url: str) -> str:
 class Replica:
     """One streaming replica: its engine and what its watch saw last (replaced whole, so readers need no lock)."""
 
-    def __init__(self, url: str, *, primary: Engine, pool_size: int, connect_timeout_s: int) -> None:
+    def __init__(
+        self, url: str, *, primary: Engine, pool_size: int, connect_timeout_s: int, session_settings: str | None = None
+    ) -> None:
         self.label = replica_label(url)
-        self.engine = db.make_engine(url, pool_size=pool_size, connect_timeout_s=connect_timeout_s)
+        self.engine = db.make_engine(
+            url, pool_size=pool_size, connect_timeout_s=connect_timeout_s, session_settings=session_settings
+        )
         self.status = ReplicaStatus(label=self.label)
         self._primary = primary
         self._clock = LagClock()
@@ -129,13 +133,21 @@ class ReadPlane:
         check_interval_s: float = 1.0,
         pool_size: int = 5,
         connect_timeout_s: int = 3,
+        session_settings: str | None = None,
     ) -> None:
+        """``session_settings``: what every replica connection runs once (as the primary's read pool does)."""
         self.primary = primary
         self.max_lag_s, self.check_interval_s, self.connect_timeout_s = max_lag_s, check_interval_s, connect_timeout_s
         # A status older than this vouches for nothing (the watch is stuck on a replica that stopped answering).
         self.stale_after_s = max(3 * check_interval_s, 3.0)
         self.replicas = [
-            Replica(url, primary=primary, pool_size=pool_size, connect_timeout_s=connect_timeout_s)
+            Replica(
+                url,
+                primary=primary,
+                pool_size=pool_size,
+                connect_timeout_s=connect_timeout_s,
+                session_settings=session_settings,
+            )
             for url in replica_urls
         ]
         # Once a write's entry expires, any replica inside the bound has replayed it.

@@ -25,7 +25,7 @@ from shared import db
 from shared.config import Settings
 from shared.errors import ButlerError, IntegrityViolation, Unavailable
 from shared.query_batcher import QueryBatcher
-from shared.reads import Reader
+from shared.reads import Reader, session_settings
 from shared.references import ReferenceBumper
 from shared.replicas import ReadPlane
 from shared.tenancy import Principal, ensure_tenant
@@ -95,12 +95,15 @@ class Services:
         )
         # Memory reads fail open, so their connections are not pinged on checkout (a round trip per read): a dead
         # one degrades one read and the pool replaces it. Everything else keeps the ping.
+        # Their sessions carry the retrieval reads' settings, so those reads run without a transaction.
+        read_session = session_settings(self.settings)
         self.read_engine = db.make_engine(
             self.database_url,
             pool_size=self.settings.api.read_threads,
             connect_timeout_s=CONNECT_TIMEOUT_S,
             pre_ping=False,
             dead_client_timeout_s=dead_client,
+            session_settings=read_session,
         )
         self.write_engine = db.make_engine(
             self.database_url,
@@ -116,6 +119,7 @@ class Services:
             check_interval_s=replicas.check_interval_seconds,
             pool_size=POOL_SIZE,
             connect_timeout_s=CONNECT_TIMEOUT_S,
+            session_settings=read_session,
         )
         self.plane.start()
         embedder = get_query_embedder()

@@ -96,12 +96,7 @@ def test_a_writes_trace_spans_the_front_the_broker_and_the_worker(spans, traced_
     # the outbox insert (psycopg) runs under the tool call
     assert call.parent.span_id == _one(trace, "MCP send tools/call memory_store_episode").context.span_id
     assert any(s.kind.name == "SERVER" and s.name.startswith("POST /mcp") for s in spans.get_finished_spans())
-    insert = next(
-        s
-        for s in trace
-        if "write_intents" in str(s.attributes.get("db.statement", ""))
-        and str(s.attributes.get("db.statement")).lstrip().upper().startswith("INSERT")
-    )
+    insert = next(s for s in trace if "INSERT INTO write_intents" in str(s.attributes.get("db.statement", "")))
     assert "tools/call memory_store_episode" in _ancestors(insert, trace)
     # the broker: the wake-up's publish span is a child of the call (sent by the publisher's thread)
     publish = _one(trace, "apply_async/memory.apply_writes")

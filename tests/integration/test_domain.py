@@ -7,15 +7,15 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from shared import candidates, writes
 from shared.config import load_settings
 from shared.errors import InvalidTransition
 from shared.consolidation_plan import fact_text
-from shared.db import unit_of_work
+from shared.db import make_engine, unit_of_work
 from shared.embedding import Embedder, get_embedder, get_token_counter
-from shared.reads import Reader
+from shared.reads import Reader, session_settings
 from shared.references import ReferenceBumper
 from shared.schemas import FactWrite, RuleWrite
 from shared.writes import ALL, Actor, Visibility
@@ -564,3 +564,87 @@ def test_a_memory_shown_yesterday_does_not_outrank_a_clearly_better_match_today(
     # and today the better match leads
     hits = reader.recall(tenant_id=t, visibility=ALL, topic="does the user have a peanut allergy?", limit=2, now=NOW)
     assert hits[0].id == better
+
+
+def test_a_read_pools_retrieval_read_is_one_statement_and_its_other_reads_keep_their_transaction(
+    engine, embedder, database_url
+):
+    """The front's read pools carry the retrieval settings in their sessions: a search is its candidate statement
+    alone (no BEGIN, settings, COMMIT), with the settings in force; a memory_get still reads in a transaction that
+    asks for custom plans. On an engine without those sessions a search still opens its transaction."""
+    t = new_tenant(engine)
+    wanted = fact(engine, embedder, t, "user", "vehicle", "Owns a Zx81-Qtron hoverboard, serial KX-4411")
+    view = Visibility(scopes=("global",), butlers=("general",))
+    read_engine = make_engine(database_url, pre_ping=False, session_settings=session_settings(SETTINGS))
+    pooled = Reader(
+        engine=read_engine, settings=SETTINGS, embed=embedder.embed_one, count_tokens=get_token_counter().count_many
+    )
+    plain = Reader(
+        engine=engine, settings=SETTINGS, embed=embedder.embed_one, count_tokens=get_token_counter().count_many
+    )
+
+    def statements(reader: Reader, source, read) -> list[str]:  # noqa: ANN001
+        seen: list[str] = []
+
+        def record(_conn, _cursor, statement, *_) -> None:  # noqa: ANN001
+            seen.append(statement)
+
+        event.listen(source, "before_cursor_execute", record)
+        try:
+            read(reader)
+        finally:
+            event.remove(source, "before_cursor_execute", record)
+        return seen
+
+    def search(reader: Reader) -> None:
+        hits = reader.search(
+            tenant_id=t,
+            visibility=view,
+            query="KX-4411 hoverboard",
+            types=["fact"],
+            mode="hybrid",
+            limit=5,
+            min_confidence=None,
+            now=NOW,
+        )
+        assert hits[0].id == wanted
+
+    try:
+        search(pooled)  # the tenant's visible-row count is cached after its first read
+        one = statements(pooled, read_engine, search)
+        assert len(one) == 1 and "BEGIN" not in one[0] and "COMMIT" not in one[0]
+        with read_engine.connect() as conn:
+            shown = conn.execute(
+                text(
+                    "SELECT setting FROM pg_settings WHERE name IN ('statement_timeout', 'plan_cache_mode') ORDER BY name"
+                )
+            ).scalars()
+            assert list(shown) == ["force_generic_plan", str(SETTINGS.memory.retrieval.read_timeout_ms)]
+        got = statements(
+            pooled, read_engine, lambda r: r.get(tenant_id=t, visibility=view, kind="fact", entity_id=wanted)
+        )
+        assert got[0].startswith("BEGIN") and "plan_cache_mode = auto" in got[0] and got[-1] == "COMMIT"
+        around = statements(plain, engine, search)
+        assert around[0].startswith("BEGIN") and "force_generic_plan" in around[0] and around[-1] == "COMMIT"
+    finally:
+        read_engine.dispose()
+
+
+def test_a_long_query_alone_runs_on_the_second_session_and_embeds_as_the_batch_embedder_does(embedder):
+    """One query of at least query_long_tokens word pieces runs on the session with more threads; a short one, or
+    the same long one in a batch, on the one-thread session. Every vector is the batch embedder's."""
+    query = Embedder(threads=1, query=True, long=(2, 64))
+    backend = query._run
+    assert backend._long is not None
+    ran: list[str] = []
+    for name, session in (("short", backend._session), ("long", backend._long[0])):
+        run = session.run
+        session.run = lambda *a, _run=run, _name=name, **k: ran.append(_name) or _run(*a, **k)
+    long_text = "my parents and I are planning a spring trip to Portugal, near the river and the old town " * 4
+    short_text = "what does the user drink in the morning?"
+    vectors = [query.embed([long_text]), query.embed([short_text]), query.embed([long_text, short_text])]
+    assert ran == ["long", "short", "short"]
+    expected = embedder.embed([long_text, short_text])
+    assert float(abs(vectors[0][0] - expected[0]).max()) < 1e-5
+    assert float(abs(vectors[1][0] - expected[1]).max()) < 1e-5
+    assert float(abs(vectors[2] - expected).max()) < 1e-5
