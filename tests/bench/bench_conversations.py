@@ -13,7 +13,8 @@ nDCG@10 and session-level R@10, overall and per category, beside two baselines c
 turns: rank-bm25 (BM25Okapi, lower-cased word tokens, no stemming) and dense (cosine on the episode's own stored
 MiniLM embedding). "In block" is the share of queries with an evidence turn's first 60 characters (whitespace-folded)
 in the memory_context block, beside rank-bm25's top turns packed into the same 1,000 tokens (the model's tokenizer).
-Then a single client repeats the largest persona's searches on the idle stack for memory_search p50/p95.
+Then a single client repeats the largest persona's searches on the idle stack for memory_search p50/p95 (after the
+front's query-embedding cache has let them expire: each timed search embeds its query).
 
 Consolidation is off during the run (consolidation.after_apply=false; no beat): this measures retrieval over the
 episodes. With --consolidate it is on: each wait also waits for consolidation, searches ask for facts, rules and
@@ -330,6 +331,9 @@ def main() -> int:
             asyncio.run(_all(runs, url, engine, args.limit, not args.no_context, rewake))
             ingest_s = time.perf_counter() - t0
             largest = max(runs, key=lambda r: len(r.persona.turns))
+            # The front reuses a query's embedding for query_cache_ttl_s: let the run's own searches expire, so
+            # every timed search embeds its query (the latency of a question the front has not seen).
+            time.sleep(settings.embedding.query_cache_ttl_s + 1)
             latency = single_client(url, largest)
         finally:
             for proc in (front, *workers):

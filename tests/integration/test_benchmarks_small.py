@@ -86,9 +86,14 @@ def test_latency_and_gather_benchmarks_run_small(empty_database_url, capsys, mon
         assert _figures(out, label)[0] > 0, (label, out)
 
 
-def _run(script: str, *args: str) -> str:
+def _run(script: str, *args: str, env: dict[str, str] | None = None) -> str:
     proc = subprocess.run(
-        [sys.executable, f"tests/bench/{script}", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, f"tests/bench/{script}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
@@ -188,6 +193,7 @@ def test_conversation_benchmark_runs_small(empty_database_url):
         empty_database_url,
         "--redis-url",
         SMALL_BENCH_REDIS_URL,
+        env={"MEMORY_BUTLER_EMBEDDING__QUERY_CACHE_TTL_S": "0"},  # the timed searches wait out no cache
     )
     assert "=== dev split" in out and "=== test split" in out
     for system in ("memory_search (hybrid)", "rank-bm25", "dense (MiniLM)"):
