@@ -96,8 +96,7 @@ class _OnnxBackend:
     """``long``: (threads, word pieces) - a single text at least that long runs on a second session with more
     threads (lower latency for one long query; see EmbeddingSettings.query_long_threads)."""
 
-    def __init__(self, cache_dir: Path, threads: int, long: tuple[int, int] | None = None) -> None:
-        path = onnx_model_path(cache_dir)
+    def __init__(self, path: Path, threads: int, long: tuple[int, int] | None = None) -> None:
         self._session = _onnx_session(path, threads)
         self._long = (_onnx_session(path, long[0]), long[1]) if long and long[0] > threads else None
         self._tok = _tokenizer(pad=True)
@@ -186,12 +185,7 @@ def _export_onnx(path: Path) -> None:
             dynamo=False,
         )
     reference = _TorchBackend(EmbeddingSettings(), threads=1)(list(PROBES))
-    exported = _OnnxBackend.__new__(_OnnxBackend)
-    import onnxruntime as ort
-
-    exported._session = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
-    exported._tok = tok
-    cosine = (reference * exported(list(PROBES))).sum(axis=1)
+    cosine = (reference * _OnnxBackend(tmp, threads=1)(list(PROBES))).sum(axis=1)
     if float(cosine.min()) < 0.9999:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"ONNX export does not match torch (cosine {cosine.min():.6f})")
@@ -221,7 +215,7 @@ class Embedder:
         self._run: _OnnxBackend | _TorchBackend
         if cfg.backend == "onnx":
             try:
-                self._run = _OnnxBackend(cache, threads, long)
+                self._run = _OnnxBackend(onnx_model_path(cache), threads, long)
             except Exception as exc:  # torch is always installed: a failed export must not stop the service
                 log.warning("ONNX backend unavailable; using torch", extra={"error": str(exc)[:500]})
                 self._run, self.backend = _TorchBackend(cfg, threads), "torch"
