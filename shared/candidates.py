@@ -169,20 +169,32 @@ def gather(
     keyword: bool = True,
     cap: int = 5000,
     bm25: Bm25 = Bm25(),
+    recent: int = 0,
 ) -> dict[str, list[dict[str, Any]]]:
     """Every kind's candidates in one statement (one round trip, one plan): the ``pool`` nearest rows by cosine
     (if ``query_vec``) and the ``pool`` best rows by BM25 (if ``keyword``), each row once, each scored on both legs.
+    With ``recent`` (kinds holding "episode"), the same statement also returns the ``recent`` newest episodes the
+    caller may see under ``"recent"`` (newest first, neither leg scored): memory_context's conversation so far.
 
     A row carries ``semantic`` (cosine similarity clamped to [0, 1]; an episode is as near as its nearest vector:
     itself, itself after its preceding turn, or a window of it) and ``keyword`` (its BM25 score over the query's
     idf total, in [0, 1] but for repeated terms: 1.0 is every term once at average length); None where that leg
     did not run. Run it inside a transaction that applied :func:`read_settings`.
     """
-    out: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+    out: dict[str, list[dict[str, Any]]] = {kind: [] for kind in (*kinds, *(["recent"] if recent else []))}
     if query_vec is None and not keyword:
         return out
     statement = prepare(
-        conn, kinds=kinds, f=f, query=query, query_vec=query_vec, pool=pool, keyword=keyword, cap=cap, bm25=bm25
+        conn,
+        kinds=kinds,
+        f=f,
+        query=query,
+        query_vec=query_vec,
+        pool=pool,
+        keyword=keyword,
+        cap=cap,
+        bm25=bm25,
+        recent=recent,
     )
     started = time.perf_counter()
     result = conn.execute(*statement)
@@ -206,8 +218,11 @@ def prepare(
     keyword: bool = True,
     cap: int = 5000,
     bm25: Bm25 = Bm25(),
+    recent: int = 0,
 ) -> tuple[TextClause, dict[str, Any]]:
     """:func:`gather`'s statement and parameters (the scope sizes it needs come from a cached count)."""
+    if recent and "episode" not in kinds:
+        raise ValueError("recent episodes come with the episode candidates")
     params: dict[str, Any] = {
         "query": query,
         "vec": query_vec,
@@ -216,6 +231,7 @@ def prepare(
         "k1": bm25.k1,
         "b": bm25.b,
         "ctx_weight": bm25.context_weight,
+        "recent": recent,
     }
     shapes = []
     for kind in kinds:
@@ -223,11 +239,13 @@ def prepare(
         visible, params[f"avgdl_{kind}"] = _visible_rows(conn, kind=kind, f=f, limit=SMALL_SCOPE)
         params[f"n_{kind}"] = float(visible)
         shapes.append((kind, where, visible < EXACT_SCOPE, visible < SMALL_SCOPE))
-    return _statement(tuple(shapes), semantic=query_vec is not None, keyword=keyword), params
+    return _statement(tuple(shapes), semantic=query_vec is not None, keyword=keyword, recent=recent > 0), params
 
 
 @lru_cache(maxsize=256)
-def _statement(shapes: tuple[tuple[str, str, bool, bool], ...], *, semantic: bool, keyword: bool) -> TextClause:
+def _statement(
+    shapes: tuple[tuple[str, str, bool, bool], ...], *, semantic: bool, keyword: bool, recent: bool = False
+) -> TextClause:
     """The gather statement for (kind, where clause, exact, scoped) per kind: its text depends only on these, so it
     is built once per process and the driver prepares it once per connection."""
     ctes = [KEYWORD_CTE] if keyword else []
@@ -270,6 +288,11 @@ def _statement(shapes: tuple[tuple[str, str, bool, bool], ...], *, semantic: boo
             f"SELECT '{kind}' AS kind, {COLUMNS[kind]}, {sem} AS semantic, {key} AS keyword "
             f"FROM ids_{kind} i JOIN {table} x ON x.ctid = i.tid{join}"
         )
+        if recent and kind == "episode":
+            selects.append(
+                f"(SELECT 'recent' AS kind, {COLUMNS[kind]}, NULL::float8 AS semantic, NULL::float8 AS keyword "
+                f"FROM episodes x WHERE {where} ORDER BY x.occurred_at DESC, x.seq DESC, x.id ASC LIMIT :recent)"
+            )
     return text("WITH " + ",\n".join(ctes) + "\n" + "\nUNION ALL\n".join(selects))
 
 
@@ -408,14 +431,3 @@ def _visible_rows(conn: Connection, *, kind: str, f: Filter, limit: int) -> tupl
         _visible_cache.clear()
     _visible_cache[key] = (count, avgdl, now)
     return count, avgdl
-
-
-def recent_episodes(conn: Connection, *, f: Filter, limit: int) -> list[dict[str, Any]]:
-    """The newest episodes the caller may see (for the context block's "Recent" section)."""
-    params: dict[str, Any] = {"limit": limit}
-    where = _where("episode", f, params)
-    sql = (
-        f"SELECT {COLUMNS['episode']}, 0.0::float8 AS relevance FROM episodes x WHERE {where} "
-        "ORDER BY x.occurred_at DESC, x.seq DESC, x.id ASC LIMIT :limit"
-    )
-    return [dict(r) for r in conn.execute(text(sql), params).mappings()]

@@ -45,8 +45,10 @@ def _candidates(
     vector: Vector | None,
     mode: str,
     settings: RetrievalSettings,
+    recent: int = 0,
 ) -> list[tuple[str, Row]]:
-    """Every kind's candidates as (kind, row), each row with ``relevance`` in [0, 1] for the mode.
+    """Every kind's candidates as (kind, row), each row with ``relevance`` in [0, 1] for the mode; with ``recent``,
+    then the newest episodes as ("recent", row), relevance 0 (see :func:`shared.candidates.gather`).
 
     ``vector()`` is called only when the statement is sent, so a caller can embed the query while it opens the
     transaction. (Sending the keyword half first, during the embedding, measured no faster on 2 cores: the two
@@ -60,8 +62,10 @@ def _candidates(
         query_vec=vector() if mode != "keyword" and vector is not None else None,
         keyword=mode != "semantic",
         bm25=Bm25(settings.bm25_k1, settings.bm25_b, settings.context_weight),
+        recent=recent,
     )
-    return [(kind, row) for kind in kinds for row in _relevance(found[kind], kind=kind, mode=mode, settings=settings)]
+    scored = [(kind, row) for kind in kinds for row in _relevance(found[kind], kind=kind, mode=mode, settings=settings)]
+    return scored + [("recent", row | {"relevance": 0.0}) for row in found.get("recent", [])]
 
 
 def _relevance(rows: list[Row], *, kind: str, mode: str, settings: RetrievalSettings) -> list[Row]:
@@ -233,10 +237,18 @@ def context_sections(
     """memory_context's candidates, each section from its own pool (so a tenant with many facts still sees its
     rules): facts and rules by composite score; episodes by relevance to the topic with a recency share, the
     ``recent`` newest among them (they carry the conversation so far even when they match nothing)."""
-    newest = candidates.recent_episodes(conn, f=f, limit=recent) if recent else []
     found = _candidates(
-        conn, kinds=("fact", "rule", "episode"), f=f, query=topic, vector=vector, mode="hybrid", settings=settings
+        conn,
+        kinds=("fact", "rule", "episode"),
+        f=f,
+        query=topic,
+        vector=vector,
+        mode="hybrid",
+        settings=settings,
+        recent=recent,
     )
+    newest = [row for kind, row in found if kind == "recent"]
+    found = [(kind, row) for kind, row in found if kind != "recent"]
     pool: dict[str, list[tuple[float, str, Row]]] = {"fact": [], "rule": [], "episode": []}
     limit = settings.candidate_pool
     best = {kind: max((r["relevance"] for k, r in found if k == kind), default=0.0) for kind in pool}

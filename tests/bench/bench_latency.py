@@ -40,7 +40,6 @@ class Phases:
     """When each phase of a memory_context call starts and ends, from the call's start (``--phases``)."""
 
     WRAPPED = {
-        "recent episodes": (candidates, "recent_episodes"),
         "gather statement": (candidates, "gather"),
         "ranking and hits": (retrieval, "_ranked"),
         "context block": (context_builder, "build"),

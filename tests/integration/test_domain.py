@@ -19,6 +19,8 @@ from shared.reads import Reader, session_settings
 from shared.references import ReferenceBumper
 from shared.schemas import FactWrite, RuleWrite
 from shared.writes import ALL, Actor, Visibility
+from tests.dashboard_seed import Seeded
+from tests.dashboard_seed import episodes as seed_episodes
 
 SETTINGS = load_settings()
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
@@ -566,7 +568,7 @@ def test_a_memory_shown_yesterday_does_not_outrank_a_clearly_better_match_today(
     assert hits[0].id == better
 
 
-def test_a_read_pools_retrieval_read_is_one_statement_and_its_other_reads_keep_their_transaction(
+def test_a_read_pools_retrieval_reads_are_one_statement_and_its_other_reads_keep_their_transaction(
     engine, embedder, database_url
 ):
     """The front's read pools carry the retrieval settings in their sessions: a search is its candidate statement
@@ -620,6 +622,32 @@ def test_a_read_pools_retrieval_read_is_one_statement_and_its_other_reads_keep_t
                 )
             ).scalars()
             assert list(shown) == ["force_generic_plan", str(SETTINGS.memory.retrieval.read_timeout_ms)]
+        # memory_context too: its newest episodes (the conversation so far, matching the prompt or not) come in
+        # the same statement as its candidates; another butler's newest episode stays out
+        with unit_of_work(engine) as conn:
+            seed_episodes(
+                conn,
+                Seeded(tenant=t),
+                [
+                    ("fair", "general", "Booked the train to the hoverboard fair in Lyon"),
+                    ("dentist", "health", "Moved the dentist appointment to Tuesday"),
+                    ("latest", "general", "The cat knocked over a glass of water"),
+                ],
+                now=NOW,
+            )
+        block = None
+
+        def context(reader: Reader) -> None:
+            nonlocal block
+            block = reader.context(
+                tenant_id=t, visibility=view, trigger_prompt="hoverboard serial", token_budget=1000, now=NOW
+            )
+
+        context(pooled)
+        one = statements(pooled, read_engine, context)
+        assert len(one) == 1 and "BEGIN" not in one[0]
+        assert block is not None and "The cat knocked over" in block.text and "hoverboard fair" in block.text
+        assert "dentist" not in block.text
         got = statements(
             pooled, read_engine, lambda r: r.get(tenant_id=t, visibility=view, kind="fact", entity_id=wanted)
         )
