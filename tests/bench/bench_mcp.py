@@ -8,7 +8,8 @@ Loads the corpus (tests/bench/corpus.py), starts `memory-butler serve` on a free
   memory_search, back to back for S seconds each;
 - accepts: C clients calling memory_store_episode, then memory_ingest_batch (50 episodes per call);
 - front CPU per call: one client calling each tool back to back for S/3 seconds, the front process's CPU time
-  (every thread: HTTP, MCP, embedding, driver) divided by the calls - what a call costs the front's cores.
+  (every thread: HTTP, MCP, embedding, driver) divided by the calls - what a call costs the front's cores; and
+  beside it the same for a no-op tool on the same SDK and transport (tests/bench/noop_front.py): the floor.
 No worker runs, so accepted writes stay in the intake: this measures the front alone. Its Redis database
 (--redis-url, default 15 or BENCH_REDIS_URL) is flushed before and after, so the messages it queues do not
 outlive it.
@@ -53,20 +54,20 @@ def free_port() -> int:
 
 def start_front(database_url: str, redis_url: str, port: int, workers: int = 1) -> subprocess.Popen:
     env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "MEMORY_BUTLER_LOG_LEVEL": "WARNING"}
+    serve = ["memory_api", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
+    return _started(serve, port, env)
+
+
+def start_noop_front(port: int) -> subprocess.Popen:
+    """tests/bench/noop_front.py: the SDK serving one no-op tool as the front serves its tools."""
+    return _started(["tests.bench.noop_front", str(port)], port, dict(os.environ))
+
+
+def _started(module_args: list[str], port: int, env: dict[str, str]) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memory_api",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-        ],
+        [sys.executable, "-m", *module_args],
         env=env,
+        cwd=Path(__file__).resolve().parents[2],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -79,7 +80,8 @@ def start_front(database_url: str, redis_url: str, port: int, workers: int = 1) 
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise TimeoutError("front did not become healthy")
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise TimeoutError(f"{module_args[0]} did not become healthy")
 
 
 def pct(values: list[float], p: float) -> float:
@@ -161,6 +163,29 @@ async def cpu_per_call(url: str, token: str, front: psutil.Process, qs: list[str
     return out
 
 
+def sdk_floor(seconds: float) -> float:
+    """Milliseconds of CPU per call of a no-op tool on the same SDK and transport (one client, back to back)."""
+    port = free_port()
+    noop = start_noop_front(port)
+    try:
+        return asyncio.run(_noop_calls(f"http://127.0.0.1:{port}/mcp", psutil.Process(noop.pid), seconds))
+    finally:
+        os.killpg(noop.pid, signal.SIGTERM)
+        noop.wait(timeout=30)
+
+
+async def _noop_calls(url: str, server: psutil.Process, seconds: float) -> float:
+    async with open_session(url, "unused", timeout_s=30) as session:
+        for _ in range(20):
+            await call_tool(session, "noop", {"text": "warm"}, timeout_s=30)
+        calls, before = 0, _cpu_s(server)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            await call_tool(session, "noop", {"text": "hello"}, timeout_s=30)
+            calls += 1
+        return 1000 * (_cpu_s(server) - before) / calls
+
+
 def _cpu_s(front: psutil.Process) -> float:
     """CPU seconds (user + system) of the front and, with --front-workers > 1, of its worker processes."""
     total = 0.0
@@ -206,6 +231,7 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}/mcp"
         try:
             cpu = asyncio.run(cpu_per_call(url, tokens[0], psutil.Process(front.pid), qs, args.seconds / 3))
+            floor = sdk_floor(args.seconds / 3)
             results: dict[str, list[float]] = {}
             for tool in ("memory_context", "memory_search"):
                 results[tool] = []
@@ -245,6 +271,7 @@ def main() -> int:
     print(
         "front CPU per call (one client, back to back): " + ", ".join(f"{tool} {ms:.2f} ms" for tool, ms in cpu.items())
     )
+    print(f"the MCP SDK's floor, a no-op tool served the same way: {floor:.2f} ms")
     return 0
 
 

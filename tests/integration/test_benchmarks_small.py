@@ -165,6 +165,10 @@ def test_mcp_benchmark_runs_small(empty_database_url):
     ):
         p50, p95, p99, rate = _figures(out, label, number=r"\d+(?:\.\d+)?")  # the rate has no decimals
         assert 0 < p50 <= p95 <= p99 and rate > 0, (label, out)
+    per_call = dict(re.findall(r"(memory_\w+) (\d+\.\d+) ms", out.split("front CPU per call", 1)[1]))
+    floor = float(re.search(r"no-op tool served the same way: (\d+\.\d+) ms", out).group(1))
+    assert set(per_call) == {"memory_context", "memory_search", "memory_store_episode"}, out
+    assert 0 < floor < float(per_call["memory_context"]), out  # a context block costs more than doing nothing
     assert _redis_left_empty()
 
 
