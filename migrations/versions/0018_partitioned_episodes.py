@@ -79,8 +79,7 @@ OLD_FKS = {
     "episode_terms": "episode_terms_episode_id_fkey FOREIGN KEY (episode_id) REFERENCES episodes(id) ON DELETE CASCADE",
 }
 
-REFERENCE_TRIGGERS = (
-    """
+REFERENCE_TRIGGERS = """
 -- ON DELETE CASCADE / SET NULL of the dropped foreign keys, once per statement for all its rows.
 CREATE FUNCTION episodes_references_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -106,12 +105,10 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
-"""
-    + "\n".join(
-        f"CREATE TRIGGER {t}_source_episode_check BEFORE INSERT OR UPDATE OF source_episode_id ON {t} FOR EACH ROW "
-        f"WHEN (NEW.source_episode_id IS NOT NULL) EXECUTE FUNCTION episode_source_check();"
-        for t in REFERENCES
-    )
+""" + "\n".join(
+    f"CREATE TRIGGER {t}_source_episode_check BEFORE INSERT OR UPDATE OF source_episode_id ON {t} FOR EACH ROW "
+    f"WHEN (NEW.source_episode_id IS NOT NULL) EXECUTE FUNCTION episode_source_check();"
+    for t in REFERENCES
 )
 
 UPGRADE = f"""
