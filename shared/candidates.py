@@ -273,20 +273,22 @@ def _statement(
         lists = []
         if semantic:
             ctes.append(f"sem_{kind} AS MATERIALIZED ({_nearest(kind, table, where, exact)})")
-            lists.append(f"SELECT id, tid FROM sem_{kind}")
+            lists.append(f"SELECT id, tid, created_at FROM sem_{kind}")
         if keyword:
             ctes.append(_keyword_ctes(kind=kind, table=table, where=where, scoped=scoped))
-            lists.append(f"SELECT id, tid FROM key_{kind}")
-        ctes.append(f"ids_{kind} AS (SELECT DISTINCT id, tid FROM ({' UNION ALL '.join(lists)}) u)")
+            lists.append(f"SELECT id, tid, created_at FROM key_{kind}")
+        ctes.append(f"ids_{kind} AS (SELECT DISTINCT id, tid, created_at FROM ({' UNION ALL '.join(lists)}) u)")
         # Back to the row by its tuple id, which every list carries: the statement's one snapshot keeps the
         # version it saw, and a TID fetch skips the primary-key descent (measured: 0.6-0.75 ms less per gather).
+        # A tuple id is unique within one partition only: an episode's accept time names its month (run-time
+        # partition pruning), so each fetch reads one partition and can match no other month's row.
         # Both legs are scored for every row, whichever list found it (the rows are in hand: cheap).
         sem = f"greatest(0, 1 - {_distance(kind, 'x')})" if semantic else "NULL::float8"
         key = f"coalesce(b.bm25, 0) / nullif((SELECT sum(w) FROM idf_{kind}), 0)" if keyword else "NULL::float8"
         join = f" LEFT JOIN bm_{kind} b ON b.id = i.id" if keyword else ""
         selects.append(
             f"SELECT '{kind}' AS kind, {COLUMNS[kind]}, {sem} AS semantic, {key} AS keyword "
-            f"FROM ids_{kind} i JOIN {table} x ON x.ctid = i.tid{join}"
+            f"FROM ids_{kind} i JOIN {table} x ON x.ctid = i.tid{_SAME_MONTH[kind]}{join}"
         )
         if recent and kind == "episode":
             selects.append(
@@ -296,6 +298,8 @@ def _statement(
     return text("WITH " + ",\n".join(ctes) + "\n" + "\nUNION ALL\n".join(selects))
 
 
+# episodes are partitioned by month of created_at (0018): a tuple id is only unique with its month.
+_SAME_MONTH = {"episode": " AND x.created_at = i.created_at", "fact": "", "rule": ""}
 # An episode's preceding turn(s) are a second keyword field; facts and rules have none.
 _CONTEXT = {"episode": "x.context_vector", "fact": "''::tsvector", "rule": "''::tsvector"}
 # BM25's document length: the content's word pieces, stored at write time (NULL for rows written before).
@@ -310,20 +314,20 @@ def _distance(kind: str, alias: str) -> str:
 
 
 def _nearest(kind: str, table: str, where: str, exact: bool) -> str:
-    """The ``pool`` nearest rows (id, tid): an exact sort of the caller's rows, or the HNSW index (iterative scan
-    for the filter); an episode also by its other vectors."""
+    """The ``pool`` nearest rows (id, tid, created_at): an exact sort of the caller's rows, or the HNSW index
+    (iterative scan for the filter); an episode also by its other vectors."""
     if exact and kind != "episode":
-        return "SELECT id, tid FROM scoped_{k} ORDER BY d LIMIT :pool".format(k=kind)
+        return "SELECT id, tid, created_at FROM scoped_{k} ORDER BY d LIMIT :pool".format(k=kind)
     if exact:
         return (
-            "SELECT s.id, s.tid FROM scoped_episode s LEFT JOIN (SELECT v.episode_id AS id, "
+            "SELECT s.id, s.tid, s.created_at FROM scoped_episode s LEFT JOIN (SELECT v.episode_id AS id, "
             "min(1 + (v.embedding <#> CAST(:vec AS vector))) AS d FROM episode_vectors v "
             "WHERE v.tenant_id = :tenant_id GROUP BY v.episode_id) v ON v.id = s.id "
             "ORDER BY least(s.d, coalesce(v.d, 2)) LIMIT :pool"
         )
     # ORDER BY the selected distance: the HNSW index can serve it (iterative scan for the filter).
     own = (
-        f"SELECT x.id, x.ctid AS tid, x.embedding <=> CAST(:vec AS vector) AS d FROM {table} x "
+        f"SELECT x.id, x.ctid AS tid, x.created_at, x.embedding <=> CAST(:vec AS vector) AS d FROM {table} x "
         f"WHERE {where} ORDER BY d LIMIT :pool"
     )
     if kind != "episode":
@@ -333,9 +337,9 @@ def _nearest(kind: str, table: str, where: str, exact: bool) -> str:
         "WHERE v.tenant_id = :tenant_id ORDER BY d LIMIT :pool"
     )
     return (
-        f"SELECT id, tid FROM (SELECT id, tid, min(d) AS d FROM (({own}) UNION ALL "
-        f"(SELECT x.id, x.ctid AS tid, v.d FROM ({views}) v JOIN episodes x ON x.id = v.id WHERE {where})) u "
-        "GROUP BY id, tid ORDER BY d LIMIT :pool) n"
+        f"SELECT id, tid, created_at FROM (SELECT id, tid, created_at, min(d) AS d FROM (({own}) UNION ALL "
+        f"(SELECT x.id, x.ctid AS tid, x.created_at, v.d FROM ({views}) v JOIN episodes x ON x.id = v.id "
+        f"WHERE {where})) u GROUP BY id, tid, created_at ORDER BY d LIMIT :pool) n"
     )
 
 
@@ -385,7 +389,7 @@ bm_{kind} AS MATERIALIZED (
            sum(i.w * t.tf * (:k1 + 1) / (t.tf + :k1 * (1 - :b + :b * c.dl / {avgdl}))) AS bm25
     FROM tf_{kind} t JOIN idf_{kind} i USING (lexeme) JOIN cand_{kind} c ON c.id = t.id
     GROUP BY t.id, c.tid, c.created_at),
-key_{kind} AS (SELECT id, tid FROM bm_{kind} ORDER BY bm25 DESC, created_at DESC, id ASC LIMIT :pool)"""
+key_{kind} AS (SELECT id, tid, created_at FROM bm_{kind} ORDER BY bm25 DESC, created_at DESC, id ASC LIMIT :pool)"""
 
 
 def _episode_postings_ctes() -> str:
@@ -402,7 +406,7 @@ bm_episode AS MATERIALIZED (
            (SELECT avg(dl) FROM scoped_episode)))) AS bm25
     FROM tf_episode t JOIN idf_episode i USING (lexeme) JOIN scoped_episode s ON s.id = t.id
     GROUP BY t.id, s.tid, s.created_at),
-key_episode AS (SELECT id, tid FROM bm_episode ORDER BY bm25 DESC, created_at DESC, id ASC LIMIT :pool)"""
+key_episode AS (SELECT id, tid, created_at FROM bm_episode ORDER BY bm25 DESC, created_at DESC, id ASC LIMIT :pool)"""
 
 
 def _visible_rows(conn: Connection, *, kind: str, f: Filter, limit: int) -> tuple[int, float]:

@@ -185,7 +185,8 @@ class ScheduleSettings(_Section):
     consolidate: ScheduleEntry = ScheduleEntry(cron="0 */6 * * *", prompt="Run memory consolidation")
     decay_sweep: ScheduleEntry = ScheduleEntry(cron="0 3 * * *", prompt="Run confidence decay sweep")
     episode_cleanup: ScheduleEntry = ScheduleEntry(cron="0 4 * * *", prompt="Expire old episodes")
-    # Not in the seed: memory_events' monthly partitions are created ahead and dropped past their retention.
+    # Not in the seed: memory_events' and episodes' monthly partitions are created ahead, events' months dropped
+    # past their retention (an episodes' month goes with the episode cleanup once all of it is past its TTL).
     event_partitions: ScheduleEntry = ScheduleEntry(cron="30 4 * * *", prompt="Maintain event partitions")
     # Not in the seed: bursts must not wait 6 h, and lost messages must be re-sent.
     backlog_trigger_seconds: float = Field(30, gt=0)
@@ -202,6 +203,8 @@ class ScheduleSettings(_Section):
     events_retention_days: float = Field(0, ge=0)
     # Monthly events partitions kept ready beyond the current month (a missed month lands in the DEFAULT one).
     events_partitions_ahead_months: int = Field(3, ge=1, le=24)
+    # Monthly episodes partitions kept ready beyond the current month (by accept time; same DEFAULT fallback).
+    episodes_partitions_ahead_months: int = Field(3, ge=1, le=24)
 
 
 class ConsolidationSettings(_Section):

@@ -180,7 +180,7 @@ def still_due(conn: Connection, batch: Batch) -> bool:
                 episodes.c.consolidation_attempts,
                 episodes.c.forgotten_at.is_not(None).label("forgotten"),
             )
-            .where(episodes.c.id.in_(ids))
+            .where(episodes.c.tenant_id == batch.tenant_id, episodes.c.id.in_(ids))
             .order_by(episodes.c.id)
             .with_for_update()
         )
@@ -583,7 +583,7 @@ def settle_episodes(conn: Connection, *, batch: Batch, failures: Sequence[Failur
     if done:
         conn.execute(
             update(episodes)
-            .where(episodes.c.id.in_([e.id for e in done]))
+            .where(episodes.c.tenant_id == batch.tenant_id, episodes.c.id.in_([e.id for e in done]))
             .values(
                 consolidation_status="consolidated", next_consolidation_retry_at=None, last_consolidation_error=None
             )
@@ -593,7 +593,7 @@ def settle_episodes(conn: Connection, *, batch: Batch, failures: Sequence[Failur
     if rows:
         conn.execute(
             update(episodes)
-            .where(episodes.c.id == bindparam("b_id"))
+            .where(episodes.c.tenant_id == batch.tenant_id, episodes.c.id == bindparam("b_id"))
             .values(
                 consolidation_status=bindparam("b_status"),
                 consolidation_attempts=bindparam("b_attempts"),

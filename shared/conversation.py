@@ -77,7 +77,7 @@ def contextual_text(preceding: str, content: str) -> str:
 
 CONTEXTUALISE = text(f"""
 WITH turns AS (
-    SELECT e.id, e.preceding,
+    SELECT e.id, e.created_at, e.preceding,
            lag(left(e.content, {PRECEDING_CHARS}), 1) OVER w AS p1
     FROM episodes e
     JOIN (SELECT DISTINCT butler, session_id FROM unnest(CAST(:butlers AS text[]), CAST(:sessions AS uuid[]))
@@ -87,7 +87,7 @@ WITH turns AS (
 )
 UPDATE episodes x SET preceding = t.p1
 FROM turns t
-WHERE x.id = t.id AND x.preceding IS DISTINCT FROM t.p1
+WHERE x.tenant_id = :tenant_id AND x.id = t.id AND x.created_at = t.created_at AND x.preceding IS DISTINCT FROM t.p1
 RETURNING x.id, x.butler, x.content, x.preceding
 """)
 

@@ -122,11 +122,11 @@ def show_dead_letter(conn: Connection, *, entity_id: uuid.UUID) -> DeadLetter | 
 
 _REDRIVE_EPISODES = """
 WITH dead AS (
-    SELECT id, last_consolidation_error AS error FROM episodes
+    SELECT tenant_id, id, created_at, last_consolidation_error AS error FROM episodes
     WHERE consolidation_status = 'dead_letter' {where} ORDER BY created_at LIMIT :limit FOR UPDATE)
 UPDATE episodes e SET consolidation_status = 'pending', consolidation_attempts = 0,
     next_consolidation_retry_at = NULL, last_consolidation_error = NULL
-FROM dead WHERE e.id = dead.id
+FROM dead WHERE e.tenant_id = dead.tenant_id AND e.id = dead.id AND e.created_at = dead.created_at
 RETURNING e.id, e.tenant_id, e.butler, dead.error"""
 
 _REDRIVE_INTENTS = """
@@ -182,8 +182,8 @@ def redrive(
 
 
 _DROP = {
-    "episode": """DELETE FROM episodes WHERE id IN (
-        SELECT id FROM episodes WHERE consolidation_status = 'dead_letter' {where}
+    "episode": """DELETE FROM episodes WHERE (tenant_id, id, created_at) IN (
+        SELECT tenant_id, id, created_at FROM episodes WHERE consolidation_status = 'dead_letter' {where}
         ORDER BY created_at LIMIT :limit FOR UPDATE)
         RETURNING id, tenant_id, butler""",
     "write_intent": """DELETE FROM write_intents WHERE id IN (

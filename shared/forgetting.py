@@ -50,7 +50,7 @@ SELECT d.kind, d.id, EXISTS (
           AND relation = 'derived_from'
         UNION SELECT source_episode_id FROM facts WHERE d.kind = 'fact' AND id = d.id
         UNION SELECT source_episode_id FROM rules WHERE d.kind = 'rule' AND id = d.id) s
-    LEFT JOIN episodes ep ON ep.id = s.episode_id
+    LEFT JOIN episodes ep ON ep.tenant_id = :t AND ep.id = s.episode_id
     WHERE s.episode_id IS NOT NULL AND (ep.id IS NULL OR ep.forgotten_at IS NULL)) AS remembered
 FROM derived d ORDER BY d.kind, d.id"""
 

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
-from shared import partitions, receipts
+from shared import episode_partitions, partitions, receipts
 from shared.config import FactSettings, RuleSettings, Settings
 from shared.db import sqlstate
 from shared.lifecycle import (
@@ -282,13 +282,14 @@ def decay_sweep(engine: Engine, *, now: datetime, settings: Settings, batch: int
         return result
 
 
-# A dead-lettered episode is not deleted at its TTL: it waits for a redrive or a drop until dead_before.
-EXPIRED_SQL = """
+# A dead-lettered episode is not deleted at its TTL: it waits for a redrive or a drop until dead_before. The victims
+# carry the whole key (tenant, id, accept time): the delete reaches each row in its own month's partition.
+EXPIRED_SQL = f"""
 WITH victims AS (
-    SELECT id FROM episodes WHERE expires_at < :now
-        AND (consolidation_status <> 'dead_letter' OR created_at < :dead_before)
+    SELECT tenant_id, id, created_at FROM episodes WHERE {episode_partitions.DELETABLE}
     ORDER BY expires_at LIMIT :batch FOR UPDATE SKIP LOCKED),
-deleted AS (DELETE FROM episodes e USING victims v WHERE e.id = v.id RETURNING e.tenant_id),
+deleted AS (DELETE FROM episodes e USING victims v
+            WHERE e.tenant_id = v.tenant_id AND e.id = v.id AND e.created_at = v.created_at RETURNING e.tenant_id),
 events AS (
     INSERT INTO memory_events (tenant_id, event_type, entity_type, actor, payload)
     SELECT tenant_id, 'episodes.cleaned', 'episode', :actor,
@@ -303,12 +304,15 @@ WITH over AS (
     SELECT tenant_id, count(*) - :max_entries AS excess FROM episodes
     GROUP BY tenant_id HAVING count(*) > :max_entries),
 ranked AS (
-    SELECT e.id, o.excess, row_number() OVER (PARTITION BY e.tenant_id ORDER BY e.created_at, e.id) AS rn
+    SELECT e.tenant_id, e.id, e.created_at, o.excess,
+           row_number() OVER (PARTITION BY e.tenant_id ORDER BY e.created_at, e.id) AS rn
     FROM episodes e JOIN over o USING (tenant_id) WHERE e.consolidation_status = 'consolidated'),
 victims AS (
-    SELECT id FROM episodes WHERE id IN (SELECT id FROM ranked WHERE rn <= excess ORDER BY rn LIMIT :batch)
+    SELECT tenant_id, id, created_at FROM episodes WHERE (tenant_id, id, created_at) IN (
+        SELECT tenant_id, id, created_at FROM ranked WHERE rn <= excess ORDER BY rn LIMIT :batch)
     FOR UPDATE SKIP LOCKED),
-deleted AS (DELETE FROM episodes e USING victims v WHERE e.id = v.id RETURNING e.tenant_id),
+deleted AS (DELETE FROM episodes e USING victims v
+            WHERE e.tenant_id = v.tenant_id AND e.id = v.id AND e.created_at = v.created_at RETURNING e.tenant_id),
 events AS (
     INSERT INTO memory_events (tenant_id, event_type, entity_type, actor, payload)
     SELECT tenant_id, 'episodes.cleaned', 'episode', :actor,
@@ -369,13 +373,17 @@ def _drain(engine: Engine, step: Callable[[Connection], int], *, batch: int) -> 
 
 
 def episode_cleanup(engine: Engine, *, now: datetime, settings: Settings, batch: int = CLEANUP_BATCH) -> dict[str, Any]:
-    """Expired episodes go (dead letters only after their own retention), then the oldest consolidated beyond
-    max_entries, then write intents past their retention; unexpired unconsolidated episodes stay."""
+    """Expired episodes go (dead letters only after their own retention): a month all of which has expired as a
+    partition, the rest row by row; then the oldest consolidated beyond max_entries, then write intents past their
+    retention; unexpired unconsolidated episodes stay."""
     with exclusive(engine, "episode_cleanup") as got:
         if not got:
             return {"skipped": "already running"}
         started = time.monotonic()
         dead_before = now - timedelta(days=settings.schedule.dead_letters_retention_days)
+        months = episode_partitions.drop_expired_months(
+            engine, now=now, dead_before=dead_before, batch=batch, actor=CLEANUP_ACTOR
+        )
         expired, b1 = _drain(
             engine, lambda c: delete_expired_batch(c, now=now, batch=batch, dead_before=dead_before), batch=batch
         )
@@ -397,6 +405,9 @@ def episode_cleanup(engine: Engine, *, now: datetime, settings: Settings, batch:
             kept_for = timedelta(days=settings.api.feedback_key_retention_days)
             feedback_keys = receipts.prune(conn, before=now - kept_for)
         result = {
+            "expired_months_dropped": months["months"],
+            "expired_month_rows": months["rows"],
+            "expired_month_lock_timeouts": months["lock_timeouts"],
             "expired_deleted": expired,
             "capacity_deleted": evicted,
             "intents_deleted": intents,

@@ -108,6 +108,8 @@ write_intents = Table(
     Column("trace_context", JSONB),  # the accepting call's W3C traceparent/tracestate (shared.tracing)
 )
 
+# Partitioned by month of created_at (the accept time, migration 0018): its key is (tenant_id, id, created_at), and
+# nothing references it by a foreign key (triggers keep the old keys' cascade, set-null and check).
 episodes = Table(
     "episodes",
     metadata,

@@ -100,9 +100,14 @@ def intent_status(conn: Connection, *, tenant_id: str, entity_id: uuid.UUID) -> 
     ).scalar()
 
 
-def update_row(conn: Connection, *, kind: str, entity_id: uuid.UUID, values: dict[str, Any]) -> None:
+def update_row(
+    conn: Connection, *, kind: str, entity_id: uuid.UUID, values: dict[str, Any], tenant_id: str | None = None
+) -> None:
+    """Update one row by id; an episode's update names its tenant (by id alone it would probe every partition's
+    index only through a skip scan of the tenant-first key)."""
     table = MEMORY_TABLES[kind]
-    conn.execute(update(table).where(table.c.id == entity_id).values(**values))
+    where = [table.c.id == entity_id] + ([table.c.tenant_id == tenant_id] if tenant_id is not None else [])
+    conn.execute(update(table).where(*where).values(**values))
 
 
 def lock_fact_key(conn: Connection, *, tenant_id: str, scope: str, subject: str, predicate: str) -> None:
@@ -145,10 +150,11 @@ def exists(conn: Connection, *, kind: str, entity_id: uuid.UUID) -> bool:
     return conn.execute(select(func.count()).where(table.c.id == entity_id)).scalar_one() > 0
 
 
-def existing_ids(conn: Connection, *, kind: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-    """Which of ``ids`` exist already (one query for the batch)."""
+def existing_ids(conn: Connection, *, kind: str, tenant_id: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of ``ids`` exist already in the tenant (one query for the batch, on the tenant-first key)."""
     table = MEMORY_TABLES[kind]
-    return set(conn.execute(select(table.c.id).where(table.c.id.in_(list(ids)))).scalars()) if ids else set()
+    query = select(table.c.id).where(table.c.tenant_id == tenant_id, table.c.id.in_(list(ids)))
+    return set(conn.execute(query).scalars()) if ids else set()
 
 
 def insert_rows(conn: Connection, *, kind: str, rows: Sequence[dict[str, Any]]) -> None:

@@ -68,7 +68,7 @@ def insert_episodes(
     actor: Actor,
 ) -> int:
     """Insert a batch of episodes (already-present ids are skipped: replays change nothing). Returns rows written."""
-    present = repo.existing_ids(conn, kind="episode", ids=[e.id for e in episodes])
+    present = repo.existing_ids(conn, kind="episode", tenant_id=tenant_id, ids=[e.id for e in episodes])
     new = [(episode, vector) for episode, vector in zip(episodes, vectors, strict=True) if episode.id not in present]
     tokens = _tokens([episode.write.content for episode, _ in new])  # one tokenizer call for the batch
     rows, events = [], []
@@ -425,7 +425,7 @@ def confirm(
         values["validity"] = "active"
         if kind == "fact":
             _refuse_second_active(conn, tenant_id=tenant_id, row=row)
-    repo.update_row(conn, kind=kind, entity_id=entity_id, values=values)
+    repo.update_row(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, values=values)
     repo.record_event(
         conn,
         tenant_id=tenant_id,
@@ -615,7 +615,7 @@ def forget(
     else:
         check_transition("fact", row["validity"], "retracted")
         values = {"validity": "retracted"}
-    repo.update_row(conn, kind=kind, entity_id=entity_id, values=values)
+    repo.update_row(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, values=values)
     # The text leaves the outbox and the audit trail at once; the memory itself stays restorable.
     scrubbed = forgetting.scrub_traces(conn, tenant_id=tenant_id, kind=kind, entity_id=entity_id)
     repo.record_event(
@@ -653,7 +653,7 @@ def restore(
         if kind == "fact":
             _refuse_second_active(conn, tenant_id=tenant_id, row=row)
         values = {"validity": "active"}
-    repo.update_row(conn, kind=kind, entity_id=entity_id, values=values)
+    repo.update_row(conn, kind=kind, tenant_id=tenant_id, entity_id=entity_id, values=values)
     repo.record_event(
         conn,
         tenant_id=tenant_id,

@@ -185,6 +185,16 @@ def test_decay_benchmark_runs_small(empty_database_url):
     assert int(again_changed) == 0, out  # nothing left to change on the second
 
 
+def test_episode_months_benchmark_runs_small(empty_database_url):
+    out = _run("bench_episode_months.py", "--episodes", "1800", "--database-url", empty_database_url)
+    before = re.search(r"row-by-row cleanup: ([\d,]+) episodes", out)
+    months = re.search(r"episode cleanup: ([\d,]+) episodes in (\d+) months dropped \+ ([\d,]+) row by row", out)
+    assert before and months and "upgrade to 0018 of 1,800 episodes" in out, out
+    # every expired episode goes either way: five whole months dropped, the expired part of the last row by row
+    assert int(before[1].replace(",", "")) == int(months[1].replace(",", "")) + int(months[3].replace(",", "")), out
+    assert int(months[2]) == 5, out
+
+
 def test_conversation_benchmark_runs_small(empty_database_url):
     # two personas, their first three queries: the real front, two real workers, the replay and both baselines
     out = _run(
