@@ -64,7 +64,6 @@ def test_latency_and_gather_benchmarks_run_small(empty_database_url, capsys, mon
         label: _figures(out.split("memory_context phases")[1], label)
         for label in (
             "query embedding",
-            "recent episodes",
             "gather statement",
             "ranking and hits",
             "context block",
