@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
@@ -30,6 +32,7 @@ from shared import partitions
 from shared.db import sqlstate
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The expiry cleanup's rule for one episode (shared/maintenance.py's EXPIRED_SQL uses the same text): past its TTL,
 # and a dead letter only once it was accepted before ``dead_before`` (it waits for a redrive or a drop until then).
@@ -70,6 +73,11 @@ def detached_name(name: str) -> str:
     return DETACHED_PREFIX + name.removeprefix("episodes_p")
 
 
+def month_name(detached_table: str) -> str:
+    """``episodes_expired_pYYYY_MM`` -> ``episodes_pYYYY_MM`` (the inverse of :func:`detached_name`)."""
+    return "episodes_p" + detached_table.removeprefix(DETACHED_PREFIX)
+
+
 def all_deletable(conn: Connection, *, name: str, now: datetime, dead_before: datetime) -> bool:
     """True when the expiry cleanup would delete every episode of partition ``name`` (an empty month included)."""
     return bool(
@@ -97,7 +105,7 @@ def clean_batch(conn: Connection, *, table: str, batch: int, actor: str) -> int:
     """Take up to ``batch`` episodes out of a detached month with their references; returns how many."""
     if not DETACHED_RE.match(table):
         raise ValueError(f"not a detached episodes month: {table!r}")
-    month = "episodes_p" + table.removeprefix(DETACHED_PREFIX)
+    month = month_name(table)
     return int(
         conn.execute(
             text(CLEAN_BATCH_SQL.format(table=table)), {"batch": batch, "actor": actor, "month": month}
@@ -115,9 +123,17 @@ def detached(conn: Connection) -> list[str]:
     return sorted(n for n in names if DETACHED_RE.match(n))
 
 
-def _locked_out(exc: DBAPIError) -> bool:
-    # A lock timeout, or a deadlock with a writer that touched the month meanwhile: the next run tries again.
-    return sqlstate(exc) in {"55P03", "40P01"}
+def _unless_locked_out(step: Callable[[], T], *, name: str, outcome: dict[str, Any], retry: str) -> T | None:
+    """``step()``; None if it ran into a lock timeout, or a deadlock with a writer that touched the month meanwhile
+    (logged with ``retry`` and noted in ``outcome``: the next run tries again)."""
+    try:
+        return step()
+    except DBAPIError as exc:
+        if sqlstate(exc) not in {"55P03", "40P01"}:
+            raise
+        log.warning(retry, extra={"partition": name})
+        outcome["lock_timeouts"].append(name)
+        return None
 
 
 def drop_expired_months(
@@ -132,28 +148,30 @@ def drop_expired_months(
             for n in ended_months(partitions.existing(conn, partitions.EPISODES), now=now)
             if all_deletable(conn, name=n, now=now, dead_before=dead_before)
         ]
+
+    def detach(name: str) -> str | None:
+        with engine.begin() as conn:
+            return detach_month(conn, name=name, now=now, dead_before=dead_before)
+
     for name in candidates:
-        try:
-            with engine.begin() as conn:
-                target = detach_month(conn, name=name, now=now, dead_before=dead_before)
-        except DBAPIError as exc:
-            if not _locked_out(exc):
-                raise
-            log.warning("episodes month not detached (lock); the next run retries", extra={"partition": name})
-            outcome["lock_timeouts"].append(name)
-            continue
+        target = _unless_locked_out(
+            partial(detach, name),
+            name=name,
+            outcome=outcome,
+            retry="episodes month not detached (lock); the next run retries",
+        )
         if target is not None:
             todo.append(target)
     for table in todo:
-        try:
-            outcome["rows"] += _finish(engine, table=table, batch=batch, actor=actor)
-        except DBAPIError as exc:
-            if not _locked_out(exc):
-                raise
-            log.warning("detached episodes month left for the next run", extra={"partition": table})
-            outcome["lock_timeouts"].append(table)
-            continue
-        outcome["months"].append("episodes_p" + table.removeprefix(DETACHED_PREFIX))
+        rows = _unless_locked_out(
+            partial(_finish, engine, table=table, batch=batch, actor=actor),
+            name=table,
+            outcome=outcome,
+            retry="detached episodes month left for the next run",
+        )
+        if rows is not None:
+            outcome["rows"] += rows
+            outcome["months"].append(month_name(table))
     return outcome
 
 
