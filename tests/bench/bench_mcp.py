@@ -27,8 +27,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -154,13 +156,20 @@ async def cpu_per_call(url: str, token: str, front: psutil.Process, qs: list[str
         for tool in CPU_TOOLS:
             for q in qs[:5]:  # warm: plans prepared, token counts cached
                 await call_tool(session, tool, _args(tool, q), timeout_s=30)
-            calls, before = 0, _cpu_s(front)
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                await call_tool(session, tool, _args(tool, rng.choice(qs)), timeout_s=30)
-                calls += 1
-            out[tool] = 1000 * (_cpu_s(front) - before) / calls
+            out[tool] = await _cpu_ms_per_call(session, front, tool, lambda t=tool: _args(t, rng.choice(qs)), seconds)
     return out
+
+
+async def _cpu_ms_per_call(
+    session: Any, server: psutil.Process, tool: str, args: Callable[[], dict], seconds: float
+) -> float:
+    """Calls ``tool`` back to back for ``seconds``; the server's CPU milliseconds per call."""
+    calls, before = 0, _cpu_s(server)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        await call_tool(session, tool, args(), timeout_s=30)
+        calls += 1
+    return 1000 * (_cpu_s(server) - before) / calls
 
 
 def sdk_floor(seconds: float) -> float:
@@ -178,12 +187,7 @@ async def _noop_calls(url: str, server: psutil.Process, seconds: float) -> float
     async with open_session(url, "unused", timeout_s=30) as session:
         for _ in range(20):
             await call_tool(session, "noop", {"text": "warm"}, timeout_s=30)
-        calls, before = 0, _cpu_s(server)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            await call_tool(session, "noop", {"text": "hello"}, timeout_s=30)
-            calls += 1
-        return 1000 * (_cpu_s(server) - before) / calls
+        return await _cpu_ms_per_call(session, server, "noop", lambda: {"text": "hello"}, seconds)
 
 
 def _cpu_s(front: psutil.Process) -> float:
