@@ -4,6 +4,8 @@ Two backends give the same vectors (cosine ≥ 0.9999, checked when the ONNX fil
 - ``onnx`` (default): the model exported once to ONNX (mean pooling and L2 normalisation included) and run by
   onnxruntime — ~2x faster per query on this CPU and ~500 MB less memory per process, with no torch import.
 - ``torch``: sentence-transformers, the reference.
+The read path's queries run by default on an int8 variant of the ONNX export (``embedding.query_int8``: about half
+the CPU, within ~0.007 cosine of the float vectors); what is stored is always embedded by the float model.
 Also the model's own tokenizer, which the context builder uses to count tokens deterministically.
 """
 
@@ -128,16 +130,18 @@ def _onnx_session(path: Path, threads: int) -> Any:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def onnx_model_path(cache_dir: Path) -> Path:
-    """The exported ONNX file for the installed model, made once (under a file lock) and verified against torch."""
+def onnx_model_path(cache_dir: Path, *, int8: bool = False) -> Path:
+    """The exported ONNX file for the installed model, made once (under a file lock) and verified against torch;
+    ``int8``: its weights quantised to 8 bits (see :func:`_export_onnx`)."""
     version = model_version()
-    path = cache_dir / f"{MODEL_NAME}-{version.revision.split('==')[-1]}.onnx"
+    suffix = "-int8" if int8 else ""
+    path = cache_dir / f"{MODEL_NAME}-{version.revision.split('==')[-1]}{suffix}.onnx"
     if path.is_file():
         return path
     cache_dir.mkdir(parents=True, exist_ok=True)
     with _file_lock(cache_dir / ".export.lock"):
         if not path.is_file():
-            _export_onnx(path)
+            _export_onnx(path, int8=int8)
     return path
 
 
@@ -151,12 +155,25 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _export_onnx(path: Path) -> None:
-    """Export transformer + mean pooling + L2 norm; refuse the file unless it matches torch on the probes."""
+# The least cosine to torch on the probes that an export must reach: float32 is the same model; int8 (per-channel
+# dynamic quantisation) moves a vector by ~0.007 on average (measured over chat turns: mean 0.993, min 0.988).
+_EXPORT_COSINE = {False: 0.9999, True: 0.98}
+
+
+def _export_onnx(path: Path, *, int8: bool = False) -> None:
+    """Export transformer + mean pooling + L2 norm; refuse the file unless it matches torch on the probes.
+
+    The attention is exported in its explicit ("eager") form, which onnxruntime's transformer optimiser can fuse;
+    ``int8`` then fuses the graph (attention, layer norms, GELU) and quantises its weights per channel
+    (onnxruntime's dynamic quantisation; it finds no weight to quantise in the unfused graph)."""
     import torch
     from transformers import AutoModel
 
-    model = AutoModel.from_pretrained(str(model_dir()), local_files_only=True).eval().requires_grad_(False)
+    model = (
+        AutoModel.from_pretrained(str(model_dir()), local_files_only=True, attn_implementation="eager")
+        .eval()
+        .requires_grad_(False)
+    )
 
     class Pooled(torch.nn.Module):  # type: ignore[misc]  # torch is not analysed (pyproject.toml): Module is Any
         def forward(
@@ -184,20 +201,44 @@ def _export_onnx(path: Path) -> None:
             opset_version=17,
             dynamo=False,
         )
+    if int8:
+        _quantise(tmp)
     reference = _TorchBackend(EmbeddingSettings(), threads=1)(list(PROBES))
     cosine = (reference * _OnnxBackend(tmp, threads=1)(list(PROBES))).sum(axis=1)
-    if float(cosine.min()) < 0.9999:
+    if float(cosine.min()) < _EXPORT_COSINE[int8]:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"ONNX export does not match torch (cosine {cosine.min():.6f})")
     tmp.replace(path)
     log.info("exported embedding model to ONNX", extra={"path": str(path), "min_cosine": float(cosine.min())})
 
 
+def _quantise(path: Path) -> None:
+    """Fuse the exported BERT graph and quantise its weights to int8 (per channel), in place."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers import optimizer
+
+    fused = path.with_suffix(".fused")
+    optimizer.optimize_model(str(path), model_type="bert", num_heads=12, hidden_size=DIMENSIONS).save_model_to_file(
+        str(fused)
+    )
+    try:
+        quantize_dynamic(
+            str(fused),
+            str(path),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
+    finally:
+        fused.unlink(missing_ok=True)
+
+
 class Embedder:
     """Batched sentence embeddings, L2-normalised float32 rows of 384 dims. Thread-safe.
 
     ``threads`` per embedding (default: the ``threads`` setting, for batches); ``query``: its time is observed as
-    the read path's query embedding rather than a batch."""
+    the read path's query embedding rather than a batch; ``int8``: the model with 8-bit weights (ONNX only)."""
 
     def __init__(
         self,
@@ -207,6 +248,7 @@ class Embedder:
         cache_dir: Path | None = None,
         query: bool = False,
         long: tuple[int, int] | None = None,
+        int8: bool = False,
     ) -> None:
         cfg = cfg or get_settings().embedding
         cache = cache_dir or cfg.cache_dir
@@ -214,10 +256,15 @@ class Embedder:
         self.backend = cfg.backend
         self._run: _OnnxBackend | _TorchBackend
         if cfg.backend == "onnx":
-            try:
-                self._run = _OnnxBackend(onnx_model_path(cache), threads, long)
-            except Exception as exc:  # torch is always installed: a failed export must not stop the service
-                log.warning("ONNX backend unavailable; using torch", extra={"error": str(exc)[:500]})
+            # A failed export must not stop the service: the int8 model falls back to the float one, ONNX to torch
+            # (always installed).
+            for quantised in dict.fromkeys((int8, False)):
+                try:
+                    self._run = _OnnxBackend(onnx_model_path(cache, int8=quantised), threads, long)
+                    break
+                except Exception as exc:
+                    log.warning("ONNX model unavailable", extra={"int8": quantised, "error": str(exc)[:500]})
+            else:
                 self._run, self.backend = _TorchBackend(cfg, threads), "torch"
         else:
             self._run = _TorchBackend(cfg, threads)
@@ -256,7 +303,9 @@ def get_query_embedder() -> Embedder:
     """The process-wide embedder for the read path's queries (``query_threads`` per query, ``query_long_threads``
     for one long query; made on first use)."""
     cfg = get_settings().embedding
-    return Embedder(threads=cfg.query_threads, query=True, long=(cfg.query_long_threads, cfg.query_long_tokens))
+    return Embedder(
+        threads=cfg.query_threads, query=True, long=(cfg.query_long_threads, cfg.query_long_tokens), int8=cfg.query_int8
+    )
 
 
 class TokenCounter:

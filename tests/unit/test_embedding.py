@@ -26,3 +26,21 @@ def test_a_fresh_cache_exports_the_model_and_embeds_with_onnx(tmp_path: Path) ->
     reference = torch.embed(texts)
     assert (together * reference).sum(axis=1).min() > 0.9999
     assert (alone * reference).sum(axis=1).min() > 0.9999
+
+
+def test_the_int8_query_model_is_quantised_and_stays_near_the_float_one(tmp_path: Path) -> None:
+    cfg = EmbeddingSettings(backend="onnx", cache_dir=tmp_path)
+    int8 = Embedder(cfg, threads=1, int8=True)
+    assert int8.backend == "onnx"
+    float_file, int8_file = onnx_model_path(tmp_path), onnx_model_path(tmp_path, int8=True)
+    # 8-bit weights: a quarter of the float file (a quantiser that found nothing to quantise leaves it whole).
+    assert int8_file.stat().st_size < float_file.stat().st_size / 3
+    texts = [
+        "User: I'm thinking about booking the ryokan near Kyoto station for our trip next spring.",
+        "Assistant: Great choice! Kyoto station is convenient; the mountain ryokan is quieter but farther out.",
+        "User: Yes, twice last month!",
+    ]
+    reference = Embedder(cfg, threads=1).embed(texts)
+    cosine = (int8.embed(texts) * reference).sum(axis=1)
+    assert cosine.min() > 0.98
+    assert cosine.max() < 0.99999  # really another model, not the float one under another name
