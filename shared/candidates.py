@@ -20,6 +20,8 @@ from shared import telemetry
 from shared.scoring import effective_confidence_sql
 
 TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
+# A caller's butlers (episodes); an episode's other vectors carry their episode's butler.
+_BY_BUTLER = "x.butler = ANY(:butlers)"
 
 # Columns every hit needs for scoring; type-specific ones are NULL for the others.
 _SHARED = "x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, "
@@ -95,7 +97,7 @@ def _where_sql(
     if kind == "episode":
         clauses += ["x.forgotten_at IS NULL", "x.expires_at > :now"]
         if by_butler:
-            clauses.append("x.butler = ANY(:butlers)")
+            clauses.append(_BY_BUTLER)
         clauses += ["x.occurred_at >= :since"] * since + ["x.occurred_at < :until"] * until
         return " AND ".join(clauses)
     clauses.append("x.validity IN ('active', 'fading')")
@@ -110,7 +112,8 @@ def read_settings(*, pool: int, timeout_ms: int, generic_plans: bool = False) ->
     """Session settings for one read transaction, sent as one statement (fewer round trips per read).
 
     A tenant-filtered HNSW scan finds too few rows unless it may keep scanning (iterative scan) with an
-    ef_search of at least the candidates fetched. ``generic_plans`` lets the driver's prepared statements skip
+    ef_search of at least the candidates fetched. No parallel workers: starting them costs more than a read of a
+    few milliseconds saves (measured: a generic plan's parallel scan of a six-butler tenant's episode vectors, 77 ms). ``generic_plans`` lets the driver's prepared statements skip
     planning: right for :func:`gather`, whose plan is fixed by its shape (the scope size picks the shape, not the
     planner), measured 1.5 ms less per statement; not for ad-hoc reads whose best plan depends on the values (they
     say so, in case their connection's session prefers generic plans: :func:`retrieval_session`).
@@ -118,7 +121,7 @@ def read_settings(*, pool: int, timeout_ms: int, generic_plans: bool = False) ->
     return (
         f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}; "
         f"SET LOCAL hnsw.ef_search = {_ef_search(pool)}; "
-        "SET LOCAL hnsw.iterative_scan = relaxed_order; "
+        "SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL max_parallel_workers_per_gather = 0; "
         f"SET LOCAL plan_cache_mode = {'force_generic_plan' if generic_plans else 'auto'}"
     )
 
@@ -130,7 +133,8 @@ def retrieval_session(*, pool: int, timeout_ms: int) -> str:
     (``read_settings``, the dashboard's read_transaction), which override these for that transaction."""
     return (
         f"SET statement_timeout = {int(timeout_ms)}; SET hnsw.ef_search = {_ef_search(pool)}; "
-        "SET hnsw.iterative_scan = relaxed_order; SET plan_cache_mode = force_generic_plan"
+        "SET hnsw.iterative_scan = relaxed_order; SET max_parallel_workers_per_gather = 0; "
+        "SET plan_cache_mode = force_generic_plan"
     )
 
 
@@ -318,11 +322,14 @@ def _nearest(kind: str, table: str, where: str, exact: bool) -> str:
     (iterative scan for the filter); an episode also by its other vectors."""
     if exact and kind != "episode":
         return "SELECT id, tid, created_at FROM scoped_{k} ORDER BY d LIMIT :pool".format(k=kind)
+    # Only the caller's butlers' vectors: another butler's are never candidates (a tenant of many butlers would
+    # otherwise pay for all of theirs, and fill the index path's pool with rows the filter then drops).
+    mine = f"v.tenant_id = :tenant_id{' AND v.butler = ANY(:butlers)' if _BY_BUTLER in where else ''}"
     if exact:
         return (
             "SELECT s.id, s.tid, s.created_at FROM scoped_episode s LEFT JOIN (SELECT v.episode_id AS id, "
             "min(1 + (v.embedding <#> CAST(:vec AS vector))) AS d FROM episode_vectors v "
-            "WHERE v.tenant_id = :tenant_id GROUP BY v.episode_id) v ON v.id = s.id "
+            f"WHERE {mine} GROUP BY v.episode_id) v ON v.id = s.id "
             "ORDER BY least(s.d, coalesce(v.d, 2)) LIMIT :pool"
         )
     # ORDER BY the selected distance: the HNSW index can serve it (iterative scan for the filter).
@@ -334,7 +341,7 @@ def _nearest(kind: str, table: str, where: str, exact: bool) -> str:
         return own
     views = (
         "SELECT v.episode_id AS id, v.embedding <=> CAST(:vec AS vector) AS d FROM episode_vectors v "
-        "WHERE v.tenant_id = :tenant_id ORDER BY d LIMIT :pool"
+        f"WHERE {mine} ORDER BY d LIMIT :pool"
     )
     return (
         f"SELECT id, tid, created_at FROM (SELECT id, tid, created_at, min(d) AS d FROM (({own}) UNION ALL "
@@ -358,7 +365,7 @@ def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool) -> str:
     ``ts_filter`` keeps them: measured 10 ms vs 27 ms for unnesting whole vectors at 1.4k rows); in an episode's
     preceding turn it counts ``ctx_weight`` times."""
     if scoped and kind == "episode":
-        return _episode_postings_ctes()
+        return _episode_postings_ctes(mine=_BY_BUTLER in where)
     if scoped:
         cand = (
             f"cand_{kind} AS MATERIALIZED (SELECT s.id, s.tid, s.created_at, s.search_vector, s.context_vector, "
@@ -392,13 +399,15 @@ bm_{kind} AS MATERIALIZED (
 key_{kind} AS (SELECT id, tid, created_at FROM bm_{kind} ORDER BY bm25 DESC, created_at DESC, id ASC LIMIT :pool)"""
 
 
-def _episode_postings_ctes() -> str:
+def _episode_postings_ctes(*, mine: bool) -> str:
     """The keyword leg of :func:`_keyword_ctes` for the caller's episodes, from their term postings
     (``episode_terms``, kept by the database): an index lookup per query lexeme instead of reading every matching
-    row's tsvectors (measured on a 1,800-turn tenant: ~65 % of the turns hold one of a long query's lexemes)."""
+    row's tsvectors (measured on a 1,800-turn tenant: ~65 % of the turns hold one of a long query's lexemes).
+    ``mine``: the caller's butlers' postings only (keyed by butler, migration 0019)."""
+    butlers = " AND t.butler = ANY(:butlers)" if mine else ""
     return f"""tf_episode AS MATERIALIZED (
     SELECT t.episode_id AS id, t.lexeme, t.tf + :ctx_weight * t.ctf AS tf
-    FROM lex l JOIN episode_terms t ON t.tenant_id = :tenant_id AND t.lexeme = l.lexeme
+    FROM lex l JOIN episode_terms t ON t.tenant_id = :tenant_id{butlers} AND t.lexeme = l.lexeme
     JOIN scoped_episode s ON s.id = t.episode_id),
 idf_episode AS MATERIALIZED ({_IDF.format(kind="episode", n="(SELECT count(*)::float8 FROM scoped_episode)")}),
 bm_episode AS MATERIALIZED (

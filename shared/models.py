@@ -158,6 +158,7 @@ episode_terms = Table(
     "episode_terms",
     metadata,
     Column("tenant_id", Text, primary_key=True),
+    Column("butler", Text, primary_key=True),
     Column("lexeme", Text, primary_key=True),
     Column("episode_id", UUID(as_uuid=True), primary_key=True),
     Column("tf", Float, nullable=False),

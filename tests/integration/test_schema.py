@@ -209,3 +209,16 @@ def test_an_episode_keeps_its_vector_in_the_row(conn, tenant, words):
     assert (
         "INCLUDE (tf, ctf)" in conn.execute(text("SELECT pg_get_indexdef('episode_terms_pkey'::regclass)")).scalar_one()
     )
+
+
+def test_an_episodes_postings_carry_its_butler_first_in_the_key(conn, tenant):
+    # given an episode of one butler, its terms changed after the insert (a preceding turn set)
+    eid = _episode(conn, tenant)
+    conn.execute(text("UPDATE episodes SET preceding = 'goodbye moon' WHERE id = :id"), {"id": eid})
+    # then every posting, the inserted and the rewritten, carries the episode's butler
+    butlers = conn.execute(text("SELECT DISTINCT butler FROM episode_terms WHERE episode_id = :id"), {"id": eid})
+    assert butlers.scalars().all() == ["health"]
+    # and a read of one butler's postings descends the key by tenant, butler and lexeme (another butler's are
+    # never read)
+    key = conn.execute(text("SELECT pg_get_indexdef('episode_terms_pkey'::regclass)")).scalar_one()
+    assert "(tenant_id, butler, lexeme, episode_id) INCLUDE (tf, ctf)" in key
