@@ -113,10 +113,11 @@ def read_settings(*, pool: int, timeout_ms: int, generic_plans: bool = False) ->
 
     A tenant-filtered HNSW scan finds too few rows unless it may keep scanning (iterative scan) with an
     ef_search of at least the candidates fetched. No parallel workers: starting them costs more than a read of a
-    few milliseconds saves (measured: a generic plan's parallel scan of a six-butler tenant's episode vectors, 77 ms). ``generic_plans`` lets the driver's prepared statements skip
-    planning: right for :func:`gather`, whose plan is fixed by its shape (the scope size picks the shape, not the
-    planner), measured 1.5 ms less per statement; not for ad-hoc reads whose best plan depends on the values (they
-    say so, in case their connection's session prefers generic plans: :func:`retrieval_session`).
+    few milliseconds saves (measured: a generic plan's parallel scan of a six-butler tenant's episode vectors,
+    77 ms). ``generic_plans`` lets the driver's prepared statements skip planning: right for :func:`gather`, whose
+    plan is fixed by its shape (the scope size picks the shape, not the planner), measured 1.5 ms less per
+    statement; not for ad-hoc reads whose best plan depends on the values (they say so, in case their connection's
+    session prefers generic plans: :func:`retrieval_session`).
     """
     return (
         f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}; "
