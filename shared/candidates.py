@@ -274,7 +274,7 @@ def _statement(
             # Every embedding is L2-normalised, so cosine distance is 1 - inner product; the inner product skips
             # the two norms (measured: 0.75 -> 0.38 ms per 700 rows). The HNSW path keeps <=>, its index's operator.
             cols += ["1 + (x.embedding <#> CAST(:vec AS vector)) AS d"] if exact else []
-            ctes.append(f"scoped_{kind} AS MATERIALIZED (SELECT {', '.join(cols)} FROM {table} x WHERE {where})")
+            ctes.append(f"scoped_{kind} AS MATERIALIZED ({_per_butler(', '.join(cols), table, where)})")
         lists = []
         if semantic:
             ctes.append(f"sem_{kind} AS MATERIALIZED ({_nearest(kind, table, where, exact)})")
@@ -313,6 +313,23 @@ _LENGTH = "coalesce(x.content_tokens, 16)::float8 AS dl"
 _VIEWS = "(SELECT min(v.embedding <=> CAST(:vec AS vector)) FROM episode_vectors v WHERE v.episode_id = {a}.id)"
 
 
+def _per_butler(cols: str, table: str, where: str, alias: str = "x") -> str:
+    """``SELECT {cols} FROM {table} {alias} WHERE {where}``, read one butler at a time when ``where`` bounds the
+    caller's butlers.
+
+    The statement runs on a generic plan, which cannot know how few of the tenant's rows ``butler = ANY(...)``
+    keeps: on a tenant of several butlers it scans the whole month (or every vector) instead of the butler index
+    (measured, six butlers: 16-19 ms for the month, 64 ms for the vectors). Per butler (a lateral subquery that is
+    not flattened: OFFSET 0), the butler is an equality on the index's second column, and the plan takes the
+    index when it keeps a small part of the tenant."""
+    if f"{alias}.butler = ANY(:butlers)" not in where:
+        return f"SELECT {cols} FROM {table} {alias} WHERE {where}"
+    return (
+        f"SELECT r.* FROM unnest(CAST(:butlers AS text[])) AS b(butler) CROSS JOIN LATERAL (SELECT {cols} "
+        f"FROM {table} {alias} WHERE {where} AND {alias}.butler = b.butler OFFSET 0) r"
+    )
+
+
 def _distance(kind: str, alias: str) -> str:
     own = f"({alias}.embedding <=> CAST(:vec AS vector))"
     return f"least({own}, {_VIEWS.format(a=alias)})" if kind == "episode" else own
@@ -327,11 +344,11 @@ def _nearest(kind: str, table: str, where: str, exact: bool) -> str:
     # otherwise pay for all of theirs, and fill the index path's pool with rows the filter then drops).
     mine = f"v.tenant_id = :tenant_id{' AND v.butler = ANY(:butlers)' if _BY_BUTLER in where else ''}"
     if exact:
+        vectors = _per_butler("v.episode_id, v.embedding", "episode_vectors", mine, alias="v")
         return (
             "SELECT s.id, s.tid, s.created_at FROM scoped_episode s LEFT JOIN (SELECT v.episode_id AS id, "
-            "min(1 + (v.embedding <#> CAST(:vec AS vector))) AS d FROM episode_vectors v "
-            f"WHERE {mine} GROUP BY v.episode_id) v ON v.id = s.id "
-            "ORDER BY least(s.d, coalesce(v.d, 2)) LIMIT :pool"
+            f"min(1 + (v.embedding <#> CAST(:vec AS vector))) AS d FROM ({vectors}) v GROUP BY v.episode_id) v "
+            "ON v.id = s.id ORDER BY least(s.d, coalesce(v.d, 2)) LIMIT :pool"
         )
     # ORDER BY the selected distance: the HNSW index can serve it (iterative scan for the filter).
     own = (

@@ -96,19 +96,29 @@ class _TorchBackend:
 
 class _OnnxBackend:
     """``long``: (threads, word pieces) - a single text at least that long runs on a second session with more
-    threads (lower latency for one long query; see EmbeddingSettings.query_long_threads)."""
+    threads (lower latency for one long query; see EmbeddingSettings.query_long_threads).
 
-    def __init__(self, path: Path, threads: int, long: tuple[int, int] | None = None) -> None:
+    ``alone``: every text runs by itself. A dynamically quantised model scales its activations per call, so in a
+    batch the texts (and their padding) would move each other's vectors (measured: cosine 0.991 between a text
+    alone and in a batch); alone, a text's vector never depends on what else was asked."""
+
+    def __init__(self, path: Path, threads: int, long: tuple[int, int] | None = None, *, alone: bool = False) -> None:
         self._session = _onnx_session(path, threads)
         self._long = (_onnx_session(path, long[0]), long[1]) if long and long[0] > threads else None
         self._tok = _tokenizer(pad=True)
+        self._alone = alone
 
     def __call__(self, texts: list[str]) -> np.ndarray:
+        if self._alone and len(texts) > 1:  # (a batch: the front is busy, so not on the long session's threads)
+            return np.vstack([self._run([text], batch=True) for text in texts])
+        return self._run(texts, batch=len(texts) > 1)
+
+    def _run(self, texts: list[str], *, batch: bool) -> np.ndarray:
         encodings = self._tok.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         session = self._session
-        if self._long is not None and len(texts) == 1 and ids.shape[1] >= self._long[1]:
+        if self._long is not None and not batch and ids.shape[1] >= self._long[1]:
             session = self._long[0]
         vectors: np.ndarray = session.run(
             None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
@@ -204,7 +214,7 @@ def _export_onnx(path: Path, *, int8: bool = False) -> None:
     if int8:
         _quantise(tmp)
     reference = _TorchBackend(EmbeddingSettings(), threads=1)(list(PROBES))
-    cosine = (reference * _OnnxBackend(tmp, threads=1)(list(PROBES))).sum(axis=1)
+    cosine = (reference * _OnnxBackend(tmp, threads=1, alone=int8)(list(PROBES))).sum(axis=1)
     if float(cosine.min()) < _EXPORT_COSINE[int8]:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"ONNX export does not match torch (cosine {cosine.min():.6f})")
@@ -260,7 +270,8 @@ class Embedder:
             # (always installed).
             for quantised in dict.fromkeys((int8, False)):
                 try:
-                    self._run = _OnnxBackend(onnx_model_path(cache, int8=quantised), threads, long)
+                    path = onnx_model_path(cache, int8=quantised)
+                    self._run = _OnnxBackend(path, threads, long, alone=quantised)
                     break
                 except Exception as exc:
                     log.warning("ONNX model unavailable", extra={"int8": quantised, "error": str(exc)[:500]})

@@ -166,6 +166,35 @@ def test_a_turn_is_found_through_the_words_of_the_turn_before_it(engine, rt, rea
     ]
 
 
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_a_caller_of_two_butlers_finds_both_butlers_turns_and_never_a_thirds(engine, rt, reader, mode):
+    # given the same conversation kept by three butlers of one tenant (each reads its butlers one at a time)
+    t = new_tenant(engine)
+    for butler in ("health", "finance", "travel"):
+        s = uuid.uuid4()
+        store(
+            engine,
+            rt,
+            t,
+            [
+                turn(f"User: How often did you go kayaking? ({butler})", s, 0, butler=butler),
+                turn(f"Assistant: Twice last month, both on Sundays. ({butler})", s, 1, butler=butler),
+            ],
+        )
+    # when a caller of two of them searches
+    hits = reader.search(
+        tenant_id=t,
+        visibility=Visibility(scopes=("global",), butlers=("health", "finance")),
+        query="how often kayaking",
+        types=["episode"],
+        mode=mode,
+        limit=10,
+        min_confidence=None,
+    )
+    # then it finds all four of their turns (the answer also through its preceding turn) and none of the third's
+    assert sorted(h.butler for h in hits) == ["finance", "finance", "health", "health"]
+
+
 def test_imported_history_keeps_its_time_expires_from_acceptance_and_can_be_bounded(engine, rt, reader):
     t, s = new_tenant(engine), uuid.uuid4()
     store(
