@@ -325,8 +325,9 @@ def _per_butler(cols: str, table: str, where: str, alias: str = "x") -> str:
     if f"{alias}.butler = ANY(:butlers)" not in where:
         return f"SELECT {cols} FROM {table} {alias} WHERE {where}"
     return (
-        f"SELECT r.* FROM unnest(CAST(:butlers AS text[])) AS b(butler) CROSS JOIN LATERAL (SELECT {cols} "
-        f"FROM {table} {alias} WHERE {where} AND {alias}.butler = b.butler OFFSET 0) r"
+        "SELECT r.* FROM (SELECT DISTINCT unnest(CAST(:butlers AS text[])) AS butler) b "
+        f"CROSS JOIN LATERAL (SELECT {cols} FROM {table} {alias} WHERE {where} AND {alias}.butler = b.butler "
+        "OFFSET 0) r"
     )
 
 
