@@ -20,8 +20,9 @@ from shared import telemetry
 from shared.scoring import effective_confidence_sql
 
 TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
-# A caller's butlers (episodes); an episode's other vectors carry their episode's butler.
-_BY_BUTLER = "x.butler = ANY(:butlers)"
+# A caller's butlers, on the rows of alias {a}: episodes, and the other vectors and postings, which carry their
+# episode's butler.
+_BY_BUTLER = "{a}.butler = ANY(:butlers)"
 
 # Columns every hit needs for scoring; type-specific ones are NULL for the others.
 _SHARED = "x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, "
@@ -97,7 +98,7 @@ def _where_sql(
     if kind == "episode":
         clauses += ["x.forgotten_at IS NULL", "x.expires_at > :now"]
         if by_butler:
-            clauses.append(_BY_BUTLER)
+            clauses.append(_BY_BUTLER.format(a="x"))
         clauses += ["x.occurred_at >= :since"] * since + ["x.occurred_at < :until"] * until
         return " AND ".join(clauses)
     clauses.append("x.validity IN ('active', 'fading')")
@@ -322,7 +323,7 @@ def _per_butler(cols: str, table: str, where: str, alias: str = "x") -> str:
     (measured, six butlers: 16-19 ms for the month, 64 ms for the vectors). Per butler (a lateral subquery that is
     not flattened: OFFSET 0), the butler is an equality on the index's second column, and the plan takes the
     index when it keeps a small part of the tenant."""
-    if f"{alias}.butler = ANY(:butlers)" not in where:
+    if _BY_BUTLER.format(a=alias) not in where:
         return f"SELECT {cols} FROM {table} {alias} WHERE {where}"
     return (
         "SELECT r.* FROM (SELECT DISTINCT unnest(CAST(:butlers AS text[])) AS butler) b "
@@ -343,7 +344,9 @@ def _nearest(kind: str, table: str, where: str, exact: bool) -> str:
         return "SELECT id, tid, created_at FROM scoped_{k} ORDER BY d LIMIT :pool".format(k=kind)
     # Only the caller's butlers' vectors: another butler's are never candidates (a tenant of many butlers would
     # otherwise pay for all of theirs, and fill the index path's pool with rows the filter then drops).
-    mine = f"v.tenant_id = :tenant_id{' AND v.butler = ANY(:butlers)' if _BY_BUTLER in where else ''}"
+    mine = "v.tenant_id = :tenant_id" + (
+        f" AND {_BY_BUTLER.format(a='v')}" if _BY_BUTLER.format(a="x") in where else ""
+    )
     if exact:
         vectors = _per_butler("v.episode_id, v.embedding", "episode_vectors", mine, alias="v")
         return (
@@ -384,7 +387,7 @@ def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool) -> str:
     ``ts_filter`` keeps them: measured 10 ms vs 27 ms for unnesting whole vectors at 1.4k rows); in an episode's
     preceding turn it counts ``ctx_weight`` times."""
     if scoped and kind == "episode":
-        return _episode_postings_ctes(mine=_BY_BUTLER in where)
+        return _episode_postings_ctes(mine=_BY_BUTLER.format(a="x") in where)
     if scoped:
         cand = (
             f"cand_{kind} AS MATERIALIZED (SELECT s.id, s.tid, s.created_at, s.search_vector, s.context_vector, "
@@ -423,7 +426,7 @@ def _episode_postings_ctes(*, mine: bool) -> str:
     (``episode_terms``, kept by the database): an index lookup per query lexeme instead of reading every matching
     row's tsvectors (measured on a 1,800-turn tenant: ~65 % of the turns hold one of a long query's lexemes).
     ``mine``: the caller's butlers' postings only (keyed by butler, migration 0019)."""
-    butlers = " AND t.butler = ANY(:butlers)" if mine else ""
+    butlers = f" AND {_BY_BUTLER.format(a='t')}" if mine else ""
     return f"""tf_episode AS MATERIALIZED (
     SELECT t.episode_id AS id, t.lexeme, t.tf + :ctx_weight * t.ctf AS tf
     FROM lex l JOIN episode_terms t ON t.tenant_id = :tenant_id{butlers} AND t.lexeme = l.lexeme
