@@ -32,6 +32,9 @@ SOCKET_TIMEOUT_S = 2.0
 # Distinct keys a Publisher holds while Redis is down; more are dropped (the sweeps re-send them).
 MAX_PENDING = 100_000
 MAX_BACKOFF_S = 30.0
+# A busy key is woken again this long after PostgreSQL would have ended a dead lock holder's session.
+BUSY_RECHECK_MARGIN_S = 5.0
+RECHECK_PREFIX = "memory-butler:recheck:"
 
 
 # kombu's Redis transport keeps a queue's prioritised messages in sibling lists: name + "\x06\x16" + priority.
@@ -130,6 +133,32 @@ def wake_apply(
 def wake_consolidate(tenant_id: str, butler: str, *, settings: Settings | None = None) -> None:
     """Ask a worker to consolidate the key's eligible episodes."""
     publish(CONSOLIDATE_TASK, tenant_id, butler, settings=settings)
+
+
+def recheck_busy(tenant_id: str, butler: str, *, task_name: str, settings: Settings | None = None) -> bool:
+    """Send ``task_name`` for a key that was busy once more, after its lock holder would be declared dead.
+
+    A live holder re-checks the key when it lets go, so a refused wake-up is not lost; a holder whose host died
+    keeps the lock until PostgreSQL ends its session (``dead_client_timeout_seconds``), and wake-ups refused
+    meanwhile would wait for the redelivery sweep's stuck pass (minutes). At most one such delayed wake-up per
+    (task, key) and window, deduplicated by a Redis marker that expires with it; True if this call sent it.
+    Raises Unavailable.
+    """
+    settings = settings or current_settings()
+    delay = settings.dead_client_timeout_seconds + BUSY_RECHECK_MARGIN_S
+    marker = f"{RECHECK_PREFIX}{task_name}:{tenant_id}:{butler}"
+    client = redis.Redis.from_url(
+        redis_url(settings), socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
+    )
+    try:
+        if not client.set(marker, 1, nx=True, ex=int(delay)):
+            return False
+    except (redis.RedisError, OSError) as exc:
+        raise Unavailable(f"broker unavailable, {task_name} re-check for {tenant_id}/{butler} not sent: {exc}") from exc
+    finally:
+        client.close()
+    publish(task_name, tenant_id, butler, settings=settings, countdown=delay)
+    return True
 
 
 class Publisher:

@@ -26,7 +26,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Engine
 
 from memory_workers.app import CONSOLIDATE_TASK, app, soft_time_limit
-from memory_workers.enqueue import wake_consolidate
+from memory_workers.enqueue import recheck_busy, wake_consolidate
 from memory_workers.tasks import Embedder, KeyRunSummary, runtime, worker_name
 from shared import telemetry, tracing
 from shared.config import Settings
@@ -73,11 +73,13 @@ def consolidate(self: Any, tenant_id: str, butler: str) -> dict[str, Any]:
         worker=worker_name(self.request.hostname),
     )
     log.info("consolidated", extra={"tenant_id": tenant_id, "butler": butler, **summary.as_dict()})
-    if summary.more:
-        try:
+    try:
+        if summary.more:
             wake_consolidate(tenant_id, butler, settings=rt.settings)
-        except Unavailable as exc:  # the backlog sweep wakes the key again
-            log.warning("wake-up not sent", extra={"tenant_id": tenant_id, "butler": butler, "error": exc.message})
+        elif summary.busy:  # the holder re-checks when it lets go, unless it died holding the key
+            recheck_busy(tenant_id, butler, task_name=CONSOLIDATE_TASK, settings=rt.settings)
+    except Unavailable as exc:  # the backlog sweep wakes the key again
+        log.warning("wake-up not sent", extra={"tenant_id": tenant_id, "butler": butler, "error": exc.message})
     return summary.as_dict()
 
 

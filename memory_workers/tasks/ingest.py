@@ -25,7 +25,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Connection, RowMapping, text
 
 from memory_workers.app import APPLY_TASK, app
-from memory_workers.enqueue import wake_apply, wake_consolidate
+from memory_workers.enqueue import recheck_busy, wake_apply, wake_consolidate
 from memory_workers.tasks import KeyRunSummary, Runtime, runtime, worker_name
 from shared import conversation, intake, telemetry, tracing, writes
 from shared import repository as repo
@@ -62,6 +62,8 @@ def apply_writes(self: Any, tenant_id: str, butler: str) -> dict[str, Any]:
         _wake(wake_consolidate, rt, tenant_id, butler)
     if summary.more:
         _wake(wake_apply, rt, tenant_id, butler)
+    elif summary.busy:
+        _wake(recheck_busy, rt, tenant_id, butler, task_name=APPLY_TASK)
     elif summary.retry_in is not None:  # the key waits behind a failed intent: come back when its backoff ends
         _wake(wake_apply, rt, tenant_id, butler, countdown=summary.retry_in)
     return summary.as_dict()

@@ -9,7 +9,8 @@ asks each query with memory_search(types=["episode"], limit=20, until=<the sessi
 memory_context(trigger_prompt, butler, token_budget=1000) - so both see only earlier sessions, as a butler would.
 
 Scored against the evidence turns (tests/bench/conversations.py, the dataset README's rule): turn-level R@1/5/10/20,
-nDCG@10 and session-level R@10, overall and per category, beside two baselines computed in the same run on the same
+nDCG@10 and session-level R@10 two ways (S-R@10: the sessions of the top ten turns; S-R@10d: the first ten distinct
+sessions of the ranking, LongMemEval's turn-to-session evaluation), overall and per category, beside two baselines computed in the same run on the same
 turns: rank-bm25 (BM25Okapi, lower-cased word tokens, no stemming) and dense (cosine on the episode's own stored
 MiniLM embedding). "In block" is the share of queries with an evidence turn's first 60 characters (whitespace-folded)
 in the memory_context block, beside rank-bm25's top turns packed into the same 1,000 tokens (the model's tokenizer).

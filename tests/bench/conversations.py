@@ -158,12 +158,23 @@ def recall(ranked: Sequence[tuple[int, int]], relevant: Iterable[tuple[int, int]
     return len(relevant & set(ranked[:k])) / len(relevant) if relevant else 0.0
 
 
-def session_recall(ranked: Sequence[tuple[int, int]], sessions: Iterable[int], k: int = 10) -> float:
+def session_recall(
+    ranked: Sequence[tuple[int, int]], sessions: Iterable[int], k: int = 10, *, distinct: bool = False
+) -> float:
+    """Share of the evidence sessions among the sessions of the top ``k`` turns; ``distinct``: among the first
+    ``k`` distinct sessions of the ranking instead (LongMemEval's turn-to-session evaluation, which widens the cut
+    until it holds ``k`` sessions; here within the 20 turns every system returns)."""
     sessions = set(sessions)
-    return len(sessions & {s for s, _ in ranked[:k]}) / len(sessions) if sessions else 0.0
+    if not sessions:
+        return 0.0
+    if not distinct:
+        return len(sessions & {s for s, _ in ranked[:k]}) / len(sessions)
+    first = list(dict.fromkeys(s for s, _ in ranked))[:k]
+    return len(sessions & set(first)) / len(sessions)
 
 
-METRICS = ("R@1", "R@5", "R@10", "R@20", "nDCG@10", "S-R@10")
+# S-R@10: evidence sessions among the top ten turns' sessions; S-R@10d: among the first ten distinct sessions.
+METRICS = ("R@1", "R@5", "R@10", "R@20", "nDCG@10", "S-R@10", "S-R@10d")
 
 
 def score(q: Query, ranked: Sequence[tuple[int, int]]) -> dict[str, float]:
@@ -175,6 +186,7 @@ def score(q: Query, ranked: Sequence[tuple[int, int]]) -> dict[str, float]:
         "R@20": recall(ranked, q.evidence, 20),
         "nDCG@10": ndcg(ranked, q.evidence),
         "S-R@10": session_recall(ranked, q.sessions),
+        "S-R@10d": session_recall(ranked, q.sessions, distinct=True),
     }
 
 

@@ -56,8 +56,8 @@ KILL: dict[str, Any] = {
     "quiet": True,
 }
 # ~13 s of writes, cut off after 20%: writes go on well past DEAD_CLIENT_S, so the key whose lock the cut-off host
-# held gets writes (and with them consolidation wake-ups) after PostgreSQL freed it. (A key with no later write
-# waits for the redelivery sweep's stuck-episode pass instead: docs/hosts.md.)
+# held gets writes (and with them consolidation wake-ups) after PostgreSQL freed it. (A key with no later write is
+# woken by the delayed re-check that a busy run sends: docs/hosts.md.)
 PARTITION: dict[str, Any] = {**KILL, "episodes": 180, "rate": 14.0, "chaos": "partition-host", "chaos_at": 0.2}
 
 

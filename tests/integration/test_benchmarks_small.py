@@ -208,7 +208,9 @@ def test_conversation_benchmark_runs_small(empty_database_url):
         assert len(rows) == 2, out
         for row in rows:
             values = [float(x) for x in re.findall(r"\d+\.\d{3}", row)]
-            assert len(values) == 6 and all(0 <= v <= 1 for v in values), row
+            assert len(values) == 7 and all(0 <= v <= 1 for v in values), row
+            # the first ten distinct sessions hold at least the top ten turns' sessions
+            assert values[5] <= values[6], row
             # recall grows with depth
             assert values[0] <= values[1] <= values[2] <= values[3], row
     shares = _figures(out, "evidence in the block")

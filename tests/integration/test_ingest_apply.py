@@ -17,12 +17,14 @@ import redis as redis_lib
 from sqlalchemy import event, text
 
 from memory_workers import app as worker_app
-from memory_workers.enqueue import Publisher, wake_apply
+from memory_workers.app import CONSOLIDATE_TASK
+from memory_workers.enqueue import RECHECK_PREFIX, Publisher, recheck_busy, wake_apply
 from memory_workers.extractors import HeuristicExtractor
 from memory_workers.tasks import Runtime, install_runtime
 from memory_workers.tasks.ingest import apply_pending
 from shared import intake
 from shared.config import Settings, get_settings, load_settings
+from shared.consolidation import key_lock
 from shared.db import unit_of_work
 from shared.embedding import get_embedder
 from shared.schemas import EpisodeWrite, FactWrite, RuleWrite
@@ -33,6 +35,7 @@ ACTOR = Actor("worker:test")
 BATCH = 8
 MAX_ATTEMPTS = 3
 BACKOFF_BASE_S = 0.05  # a failed intent is retried after 25-50 ms, then 50-100 ms (capped at 0.2 s)
+DEAD_CLIENT_S = 5  # a key found busy is woken again 10 s later (its holder may have died holding it)
 
 
 class SpyEmbedder:
@@ -60,6 +63,7 @@ def settings(database_url: str, redis_url: str) -> Settings:
             "apply_backoff_max_seconds": 0.2,
         },
         consolidation={"max_attempts": MAX_ATTEMPTS},
+        dead_client_timeout_seconds=DEAD_CLIENT_S,
     )
 
 
@@ -458,6 +462,29 @@ def test_a_woken_worker_applies_the_writes_and_then_consolidates_them(settings, 
         engine, "SELECT DISTINCT actor FROM memory_events WHERE tenant_id = :t AND event_type = 'episode.stored'", t=t
     )
     assert worker.startswith("worker:")
+
+
+def test_a_key_whose_lock_holder_died_is_consolidated_once_postgres_frees_the_lock(
+    settings, engine, redis_url, celery_worker
+):
+    """The holder of a key's lock re-checks the key when it lets go; one whose host died never does, and
+    PostgreSQL frees its lock only after dead_client_timeout_seconds. The wake-up that found the key busy then
+    comes back once, after that timeout, instead of leaving the key to the stuck-episode sweep (minutes)."""
+    client = redis_lib.Redis.from_url(redis_url)
+    t = new_tenant(engine)
+    marker = f"{RECHECK_PREFIX}{CONSOLIDATE_TASK}:{t}:general"
+    consolidated = "SELECT count(*) FROM episodes WHERE tenant_id = :t AND consolidation_status = 'consolidated'"
+    with key_lock(engine, tenant_id=t, butler="general") as held:  # a holder that will never wake the key
+        assert held
+        accept(engine, t, [episode("My name is Ana."), episode("Always answer in Spanish.")])
+        wake_apply(t, "general", settings=settings)
+        poll(lambda: client.exists(marker), deadline_s=30, what="the busy consolidation to schedule its re-check")
+        assert 0 < client.ttl(marker) <= DEAD_CLIENT_S + 5
+        # a second busy run within the window sends nothing more
+        assert recheck_busy(t, "general", task_name=CONSOLIDATE_TASK, settings=settings) is False
+        assert rows(engine, consolidated, t=t) == [(0,)]
+    # the lock is freed as PostgreSQL frees a dead session's: nothing else wakes the key
+    poll(lambda: rows(engine, consolidated, t=t) == [(2,)], deadline_s=40, what="the re-check to consolidate the key")
 
 
 def test_the_publisher_coalesces_a_burst_into_a_few_messages_on_the_right_queues(settings, redis_url):
