@@ -287,6 +287,9 @@ class EmbeddingSettings(_Section):
     # the CPU per query, each vector within ~0.007 cosine of the float one, the same retrieval quality on the
     # conversation benchmark's both splits (BENCHMARKS.md, "Embedding backends"). false = the float model.
     query_int8: bool = True
+    # Stored memories (episodes, their context and windows, facts, rules) are embedded on the int8 model too, each
+    # text alone: the workers' embedding is their main cost (see BENCHMARKS.md, "Stored vectors on the int8 model").
+    store_int8: bool = False
     # The front's concurrent reads share one model call per batch: the embedding thread waits at most this long
     # for more queries after the first (0 = embed what is queued right away). See shared.query_batcher.
     query_batch_wait_ms: float = Field(1.0, ge=0, le=50)

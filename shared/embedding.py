@@ -5,7 +5,8 @@ Two backends give the same vectors (cosine ≥ 0.9999, checked when the ONNX fil
   onnxruntime — ~2x faster per query on this CPU and ~500 MB less memory per process, with no torch import.
 - ``torch``: sentence-transformers, the reference.
 The read path's queries run by default on an int8 variant of the ONNX export (``embedding.query_int8``: about half
-the CPU, within ~0.007 cosine of the float vectors); what is stored is always embedded by the float model.
+the CPU, within ~0.007 cosine of the float vectors); what is stored is embedded by the float model unless
+``embedding.store_int8`` is set.
 Also the model's own tokenizer, which the context builder uses to count tokens deterministically.
 """
 
@@ -75,6 +76,8 @@ def _tokenizer(*, pad: bool) -> Tokenizer:
 
 
 class _TorchBackend:
+    batch = 64  # texts per model call
+
     def __init__(self, cfg: EmbeddingSettings, threads: int) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
@@ -100,7 +103,13 @@ class _OnnxBackend:
 
     ``alone``: every text runs by itself. A dynamically quantised model scales its activations per call, so in a
     batch the texts (and their padding) would move each other's vectors (measured: cosine 0.991 between a text
-    alone and in a batch); alone, a text's vector never depends on what else was asked."""
+    alone and in a batch); alone, a text's vector never depends on what else was asked.
+
+    Texts per model call (``batch``, of similar lengths): 4. Larger batches cost more CPU per text here, not less
+    (one thread, CPU per text, float model, RealMem turns of ~21 / ~111 / 256+ word pieces: batches of 64 9.2 /
+    42.3 / 86.6 ms, of 4 6.6 / 30.7 / 70.3 ms, alone 7.2 / 28.3 / 67.8 ms; BENCHMARKS.md, "Stored vectors")."""
+
+    batch = 4
 
     def __init__(self, path: Path, threads: int, long: tuple[int, int] | None = None, *, alone: bool = False) -> None:
         self._session = _onnx_session(path, threads)
@@ -284,16 +293,18 @@ class Embedder:
         self.version = model_version()
         self.embed(["warm up"])
 
-    def embed(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
-        """Embed many texts; similar lengths are batched together so padding stays small."""
+    def embed(self, texts: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
+        """Embed many texts; similar lengths are batched together (``batch_size``, default the backend's) so
+        padding stays small."""
         if not texts:
             return np.zeros((0, DIMENSIONS), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
         with self._lock:
             started = time.perf_counter()  # the model's time only, not the wait for the lock
-            for start in range(0, len(order), batch_size):
-                chunk = order[start : start + batch_size]
+            step = batch_size or self._run.batch
+            for start in range(0, len(order), step):
+                chunk = order[start : start + step]
                 out[chunk] = self._run([texts[i] for i in chunk])
             telemetry.EMBED_SECONDS.labels("query" if self._query else "batch").observe(time.perf_counter() - started)
         return out
@@ -306,7 +317,7 @@ class Embedder:
 @lru_cache(maxsize=1)
 def get_embedder() -> Embedder:
     """The process-wide embedder for batches (made on first use)."""
-    return Embedder()
+    return Embedder(int8=get_settings().embedding.store_int8)
 
 
 @lru_cache(maxsize=1)

@@ -25,9 +25,9 @@ def reference_line(runs: int = 50) -> str:
     import statistics
     import time
 
-    from shared.embedding import get_embedder
+    from shared.embedding import Embedder
 
-    embedder = get_embedder()
+    embedder = Embedder(threads=1)  # the float model, whatever embedding.store_int8 says
     embedder.embed_one("warm up")
     times = []
     for _ in range(runs):

@@ -26,6 +26,9 @@ def test_a_fresh_cache_exports_the_model_and_embeds_with_onnx(tmp_path: Path) ->
     reference = torch.embed(texts)
     assert (together * reference).sum(axis=1).min() > 0.9999
     assert (alone * reference).sum(axis=1).min() > 0.9999
+    # many texts of mixed lengths go in several model calls of similar lengths; each row is still its own text's
+    many = [f"note {n}: " + "word " * (n * 7) for n in range(9)]
+    assert (onnx.embed(many) * np.stack([onnx.embed_one(t) for t in many])).sum(axis=1).min() > 0.9999
 
 
 def test_the_int8_query_model_is_quantised_and_stays_near_the_float_one(tmp_path: Path) -> None:
