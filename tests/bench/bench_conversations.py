@@ -79,6 +79,7 @@ TYPES = ["episode"]
 
 async def replay(run: Run, url: str, engine, limit: int | None, with_context: bool, rewake) -> None:  # noqa: ANN001
     """Store the persona's sessions in order; ask each query once everything before its session is applied."""
+    started = time.monotonic()
     asked = {q.query_id for q in (run.persona.queries[:limit] if limit else run.persona.queries)}
     queries = defaultdict(list)
     for q in run.persona.queries:
@@ -99,6 +100,12 @@ async def replay(run: Run, url: str, engine, limit: int | None, with_context: bo
             pending += by_session[s]
             if not any(queries.get(later) for later in range(s + 1, max(by_session) + 1)):
                 break  # nothing is asked after this session: its turns would never be searched
+    print(
+        f"persona {run.number} replayed: {len(run.keys)} episodes, {len(asked)} queries asked, "
+        f"{time.monotonic() - started:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 async def _store(session, run: Run, turns: list[rm.Turn]) -> None:  # noqa: ANN001
