@@ -18,7 +18,7 @@ from sqlalchemy import event, text
 
 from memory_workers import app as worker_app
 from memory_workers.app import CONSOLIDATE_TASK
-from memory_workers.enqueue import RECHECK_PREFIX, Publisher, recheck_busy, wake_apply
+from memory_workers.enqueue import BUSY_RECHECK_MARGIN_S, RECHECK_PREFIX, Publisher, recheck_busy, wake_apply
 from memory_workers.extractors import HeuristicExtractor
 from memory_workers.tasks import Runtime, install_runtime
 from memory_workers.tasks.ingest import apply_pending
@@ -479,7 +479,7 @@ def test_a_key_whose_lock_holder_died_is_consolidated_once_postgres_frees_the_lo
         accept(engine, t, [episode("My name is Ana."), episode("Always answer in Spanish.")])
         wake_apply(t, "general", settings=settings)
         poll(lambda: client.exists(marker), deadline_s=30, what="the busy consolidation to schedule its re-check")
-        assert 0 < client.ttl(marker) <= DEAD_CLIENT_S + 5
+        assert 0 < client.ttl(marker) <= DEAD_CLIENT_S + BUSY_RECHECK_MARGIN_S
         # a second busy run within the window sends nothing more
         assert recheck_busy(t, "general", task_name=CONSOLIDATE_TASK, settings=settings) is False
         assert rows(engine, consolidated, t=t) == [(0,)]
