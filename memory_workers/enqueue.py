@@ -41,12 +41,17 @@ RECHECK_PREFIX = "memory-butler:recheck:"
 PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 
 
+def _redis(settings: Settings) -> redis.Redis:
+    """A client of the broker's Redis that gives up within the timeouts above (the caller closes it)."""
+    return redis.Redis.from_url(
+        redis_url(settings), socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
+    )
+
+
 def queue_depths(settings: Settings) -> dict[str, int]:
     """Messages waiting in each shard queue and the maintenance queue (LLEN; one round trip), or Unavailable."""
     queues = [*shard_queues(settings.workers.shard_count), MAINTENANCE_QUEUE]
-    client = redis.Redis.from_url(
-        redis_url(settings), socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
-    )
+    client = _redis(settings)
     try:
         with client.pipeline(transaction=False) as pipe:
             for queue in queues:
@@ -147,9 +152,7 @@ def recheck_busy(tenant_id: str, butler: str, *, task_name: str, settings: Setti
     settings = settings or current_settings()
     delay = settings.dead_client_timeout_seconds + BUSY_RECHECK_MARGIN_S
     marker = f"{RECHECK_PREFIX}{task_name}:{tenant_id}:{butler}"
-    client = redis.Redis.from_url(
-        redis_url(settings), socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
-    )
+    client = _redis(settings)
     try:
         if not client.set(marker, 1, nx=True, ex=int(delay)):
             return False

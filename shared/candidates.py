@@ -24,6 +24,12 @@ TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
 # episode's butler.
 _BY_BUTLER = "{a}.butler = ANY(:butlers)"
 
+
+def _bounds_butlers(where: str, alias: str = "x") -> bool:
+    """``where`` (of :func:`_where_sql`) keeps only the caller's butlers' rows of alias ``alias``."""
+    return _BY_BUTLER.format(a=alias) in where
+
+
 # Columns every hit needs for scoring; type-specific ones are NULL for the others.
 _SHARED = "x.id, x.content, x.content_tokens, x.created_at, x.importance, x.last_referenced_at, "
 COLUMNS = {
@@ -323,7 +329,7 @@ def _per_butler(cols: str, table: str, where: str, alias: str = "x") -> str:
     (measured, six butlers: 16-19 ms for the month, 64 ms for the vectors). Per butler (a lateral subquery that is
     not flattened: OFFSET 0), the butler is an equality on the index's second column, and the plan takes the
     index when it keeps a small part of the tenant."""
-    if _BY_BUTLER.format(a=alias) not in where:
+    if not _bounds_butlers(where, alias):
         return f"SELECT {cols} FROM {table} {alias} WHERE {where}"
     return (
         "SELECT r.* FROM (SELECT DISTINCT unnest(CAST(:butlers AS text[])) AS butler) b "
@@ -344,9 +350,7 @@ def _nearest(kind: str, table: str, where: str, exact: bool) -> str:
         return "SELECT id, tid, created_at FROM scoped_{k} ORDER BY d LIMIT :pool".format(k=kind)
     # Only the caller's butlers' vectors: another butler's are never candidates (a tenant of many butlers would
     # otherwise pay for all of theirs, and fill the index path's pool with rows the filter then drops).
-    mine = "v.tenant_id = :tenant_id" + (
-        f" AND {_BY_BUTLER.format(a='v')}" if _BY_BUTLER.format(a="x") in where else ""
-    )
+    mine = "v.tenant_id = :tenant_id" + (f" AND {_BY_BUTLER.format(a='v')}" if _bounds_butlers(where) else "")
     if exact:
         vectors = _per_butler("v.episode_id, v.embedding", "episode_vectors", mine, alias="v")
         return (
@@ -387,7 +391,7 @@ def _keyword_ctes(*, kind: str, table: str, where: str, scoped: bool) -> str:
     ``ts_filter`` keeps them: measured 10 ms vs 27 ms for unnesting whole vectors at 1.4k rows); in an episode's
     preceding turn it counts ``ctx_weight`` times."""
     if scoped and kind == "episode":
-        return _episode_postings_ctes(mine=_BY_BUTLER.format(a="x") in where)
+        return _episode_postings_ctes(mine=_bounds_butlers(where))
     if scoped:
         cand = (
             f"cand_{kind} AS MATERIALIZED (SELECT s.id, s.tid, s.created_at, s.search_vector, s.context_vector, "
