@@ -127,9 +127,13 @@ class RetrievalSettings(_Section):
     bm25_b: float = Field(0.3, ge=0, le=1)  # length normalisation: long assistant turns are not penalised much
     # What a query term found in an episode's preceding turn counts for (1 = as in the episode itself).
     context_weight: float = Field(0.3, ge=0, le=1)
+    # Hybrid episodes: this share of a turn's relevance comes from the mean of its session's best session_top
+    # candidates, so a session answering in several turns lifts each of them (0 = off; shared.fusion).
+    session_share: float = Field(0.3, ge=0, le=1)
+    session_top: int = Field(2, ge=1, le=20)
     # Each further hit of a session (episodes) or subject+predicate (facts) already listed scores this much less
     # (multiplied once per earlier hit): the top of a list covers more of what was said. 1 = no diversification.
-    diversity_decay: float = Field(0.95, gt=0, le=1)
+    diversity_decay: float = Field(0.92, gt=0, le=1)
     # recall/context: a rule-based reading of the question (identity, preference, procedure, event) nudges facts
     # against rules and durable facts against passing ones (shared.intent).
     intent_routing: bool = True

@@ -4,6 +4,11 @@ Fusion by value: every candidate carries both legs' scores (cosine similarity; B
 already on a calibrated [0, 1] scale, and relevance is their weighted sum. Unlike rank fusion (RRF), a strong match
 on one leg is not flattened to its rank, and a row found by one leg still gets what the other leg says of it.
 
+Session evidence: a conversation turn is also judged by the company it keeps. Its relevance shares a part with the
+mean of the best few candidates of its session, so a session that answers the question in several turns lifts each
+of them over a lone turn of the same strength elsewhere (the evidence-aggregation idea of passage ranking: a document
+is as good as its best passages).
+
 Diversity: a greedy re-ranking in which each further hit of a group already shown (an episode's session; a fact's
 subject and predicate) has its score multiplied by ``decay`` once more, so the top of a list covers more sessions
 and subjects instead of repeating one.
@@ -30,6 +35,29 @@ def fuse(
     s = min(1.0, max(0.0, semantic or 0.0))
     k: float = min(1.0, max(0.0, keyword or 0.0)) ** keyword_exponent  # a float: the base is not negative
     return semantic_weight * s + (1 - semantic_weight) * k
+
+
+def share_sessions(
+    relevances: Sequence[float], sessions: Sequence[Hashable | None], *, share: float, top: int
+) -> list[float]:
+    """``(1 - share) * own + share * session``, where ``session`` is the mean of the best ``top`` relevances among the
+    candidates of the row's session, a missing one counting 0 (a row without a session is a session of one).
+
+    Stays in [0, 1] for inputs in [0, 1]; ``share`` 0 returns the input."""
+    if not 0 <= share <= 1:
+        raise ValueError(f"share must be in [0, 1], got {share}")
+    if top < 1:
+        raise ValueError(f"top must be at least 1, got {top}")
+    if share == 0:
+        return list(relevances)
+    best: dict[Hashable, list[float]] = {}
+    for i, (rel, session) in enumerate(zip(relevances, sessions, strict=True)):
+        best.setdefault(("row", i) if session is None else session, []).append(rel)
+    mean = {group: sum(sorted(rels, reverse=True)[:top]) / top for group, rels in best.items()}
+    return [
+        (1 - share) * rel + share * mean[("row", i) if session is None else session]
+        for i, (rel, session) in enumerate(zip(relevances, sessions, strict=True))
+    ]
 
 
 def diversify(

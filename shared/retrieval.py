@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from shared import candidates
 from shared.candidates import Bm25, Filter
 from shared.config import RetrievalSettings
-from shared.fusion import diversify, fuse
+from shared.fusion import diversify, fuse, share_sessions
 from shared.intent import Intent, classify, weight
 from shared.schemas import Hit
 from shared.scoring import (
@@ -69,6 +69,8 @@ def _candidates(
 
 
 def _relevance(rows: list[Row], *, kind: str, mode: str, settings: RetrievalSettings) -> list[Row]:
+    """Each row's ``relevance`` for the mode; hybrid episodes then share part of it with their session's best
+    candidates (shared.fusion.share_sessions)."""
     if mode in ("semantic", "keyword"):
         listed = [r for r in rows if r[mode] is not None]
         for r in listed:
@@ -82,7 +84,7 @@ def _relevance(rows: list[Row], *, kind: str, mode: str, settings: RetrievalSett
                 keyword_exponent=settings.keyword_exponent,
                 semantic_weight=getattr(settings.semantic_weight, kind),
             )
-        return rows
+        return _by_session(rows, kind, settings)
     # RRF: keyword evidence enters only where a row carries a clear majority (by default 0.6) of the query's term
     # weight: a partial match on a few common words is weak evidence, and RRF's flat top ranks would let it reorder
     # strong semantic matches (measured on the synthetic set: paraphrase recall@1 0.87 semantic vs 0.60 hybrid
@@ -93,6 +95,20 @@ def _relevance(rows: list[Row], *, kind: str, mode: str, settings: RetrievalSett
     k = settings.rrf_k
     for r in rows:
         r["relevance"] = normalise_rrf(rrf([sem_rank.get(r["id"]), key_rank.get(r["id"])], k=k), 2, k)
+    return _by_session(rows, kind, settings)
+
+
+def _by_session(rows: list[Row], kind: str, settings: RetrievalSettings) -> list[Row]:
+    if kind != "episode" or settings.session_share == 0:
+        return rows
+    shared = share_sessions(
+        [r["relevance"] for r in rows],
+        [r["session_id"] for r in rows],
+        share=settings.session_share,
+        top=settings.session_top,
+    )
+    for r, relevance in zip(rows, shared, strict=True):
+        r["relevance"] = relevance
     return rows
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from shared.config import ScoreWeights
 from shared.conversation import window_spans
-from shared.fusion import diversify, fuse
+from shared.fusion import diversify, fuse, share_sessions
 from shared.scoring import composite_score, normalise_rrf, relative_relevance, rrf
 
 props = settings(deadline=None, max_examples=300)
@@ -64,6 +64,35 @@ def test_diversify_returns_a_prefix_sized_permutation_and_keeps_the_best_first(s
     assert len(out) == min(limit, len(items))
     assert len(set(out)) == len(out) and set(out) <= set(items)
     assert out[0] == items[0]
+
+
+def test_a_session_answering_in_several_turns_lifts_them_over_a_lone_turn_of_the_same_strength():
+    # a: two good turns; b: one turn as good as a's best; None: a row of no session (a session of one)
+    out = share_sessions([0.6, 0.5, 0.6, 0.6], ["a", "a", "b", None], share=0.3, top=2)
+    assert out == pytest.approx(
+        [0.7 * 0.6 + 0.3 * 0.55, 0.7 * 0.5 + 0.3 * 0.55, 0.7 * 0.6 + 0.3 * 0.3, 0.7 * 0.6 + 0.3 * 0.3]
+    )
+    assert out[0] > out[2] == out[3]
+    assert share_sessions([0.6, 0.5], ["a", "a"], share=0.0, top=2) == [0.6, 0.5]
+    with pytest.raises(ValueError, match="share"):
+        share_sessions([0.5], ["a"], share=1.5, top=2)
+    with pytest.raises(ValueError, match="top"):
+        share_sessions([0.5], ["a"], share=0.3, top=0)
+
+
+@props
+@given(
+    rels=st.lists(unit, min_size=1, max_size=30),
+    sessions=st.lists(st.sampled_from(["a", "b", "c", None]), min_size=30, max_size=30),
+    share=unit,
+    top=st.integers(1, 5),
+)
+def test_share_sessions_stays_calibrated_and_keeps_the_order_within_a_session(rels, sessions, share, top):
+    out = share_sessions(rels, sessions[: len(rels)], share=share, top=top)
+    assert all(-1e-9 <= v <= 1 + 1e-9 for v in out)
+    for i, j in ((i, j) for i in range(len(rels)) for j in range(len(rels))):
+        if sessions[i] is not None and sessions[i] == sessions[j] and rels[i] > rels[j]:
+            assert out[i] >= out[j]
 
 
 candidate = st.fixed_dictionaries(
