@@ -17,6 +17,11 @@ in the memory_context block, beside rank-bm25's top turns packed into the same 1
 Then a single client repeats the largest persona's searches three times over on the idle stack for memory_search
 p50/p95 (the front reuses no query embedding in this run: each timed search embeds its question).
 
+With --database-url D the replay is kept in D; --reuse then asks the searches again over it without storing
+anything (a few minutes instead of half an hour), e.g. to compare retrieval settings given as
+MEMORY_BUTLER_MEMORY__RETRIEVAL__* variables (the front reads them). It skips memory_context, which has no time
+bound: over the whole kept replay it would see the question's own and later sessions.
+
 Consolidation is off during the run (consolidation.after_apply=false; no beat): this measures retrieval over the
 episodes. With --consolidate it is on: each wait also waits for consolidation, searches ask for facts, rules and
 episodes, and a fact or rule counts as the turn it was learned from (its source episode) - in the ranking and in
@@ -78,8 +83,12 @@ TYPES = ["episode"]
 
 
 async def replay(run: Run, url: str, engine, limit: int | None, with_context: bool, rewake) -> None:  # noqa: ANN001
-    """Store the persona's sessions in order; ask each query once everything before its session is applied."""
+    """Store the persona's sessions in order; ask each query once everything before its session is applied.
+
+    ``rewake`` None (--reuse): the episodes are already stored (a kept database); only the queries are asked."""
     started = time.monotonic()
+    if rewake is None:
+        _stored(run, engine)
     asked = {q.query_id for q in (run.persona.queries[:limit] if limit else run.persona.queries)}
     queries = defaultdict(list)
     for q in run.persona.queries:
@@ -91,10 +100,11 @@ async def replay(run: Run, url: str, engine, limit: int | None, with_context: bo
     pending: list[rm.Turn] = []
     async with open_session(url, run.token, timeout_s=120) as session:
         for s in sorted(by_session):
-            if queries.get(s):
+            if queries.get(s) and rewake is not None:
                 await _store(session, run, pending)
                 pending = []
                 await asyncio.to_thread(_wait_applied, engine, run.tenant, lambda: rewake(run.tenant))
+            if queries.get(s):
                 for q in queries[s]:
                     await _ask(session, run, q, by_session[s][0].occurred_at.isoformat(), with_context)
             pending += by_session[s]
@@ -106,6 +116,18 @@ async def replay(run: Run, url: str, engine, limit: int | None, with_context: bo
         file=sys.stderr,
         flush=True,
     )
+
+
+def _stored(run: Run, engine) -> None:  # noqa: ANN001
+    """--reuse: the turn keys of the episodes an earlier run stored, by session and content."""
+    turns = {(str(t.session_id), t.content[:MAX_CONTENT]): t.key for t in run.persona.turns}
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT id::text, session_id::text, content FROM episodes WHERE tenant_id = :t"), {"t": run.tenant}
+        ).all()
+    run.keys.update({i: turns[(s, c)] for i, s, c in rows if (s, c) in turns})
+    if not run.keys:
+        raise SystemExit(f"--reuse: persona {run.number} has no stored episodes in this database")
 
 
 async def _store(session, run: Run, turns: list[rm.Turn]) -> None:  # noqa: ANN001
@@ -229,7 +251,7 @@ def in_block(
     return any(rm.fold(turns[key].text)[:PREFIX] in folded or key in derived for key in q.evidence)
 
 
-def report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> None:  # noqa: ANN001
+def report(runs: list[Run], engine, ingest_s: float | None, with_context: bool) -> None:  # noqa: ANN001
     """The tables, one per split present (dev = personas 1-5, the tuning split; test = 6-10)."""
     for name in ("dev", "test"):
         mine = [r for r in runs if r.number in rm.split(name)]
@@ -238,7 +260,7 @@ def report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> None
             _report(mine, engine, ingest_s, with_context)
 
 
-def _report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> None:  # noqa: ANN001
+def _report(runs: list[Run], engine, ingest_s: float | None, with_context: bool) -> None:  # noqa: ANN001
     per_query: dict[str, list] = {"memory_search (hybrid)": [], "rank-bm25": [], "dense (MiniLM)": []}
     blocks, packs = [], []
     for run in runs:
@@ -255,7 +277,12 @@ def _report(runs: list[Run], engine, ingest_s: float, with_context: bool) -> Non
     rows = rm.table(per_query)
     print(
         f"\nRealMem personas {', '.join(str(r.number) for r in runs)}: {len(per_query['rank-bm25'])} queries, "
-        f"{sum(len(r.keys) for r in runs)} episodes stored in {ingest_s:.0f} s (replay incl. applying)"
+        f"{sum(len(r.keys) for r in runs)} episodes "
+        + (
+            "stored by an earlier run (--reuse)"
+            if ingest_s is None
+            else f"stored in {ingest_s:.0f} s (replay incl. applying)"
+        )
     )
     print(f"{'system':<24}{'category':<22}{'n':>5}" + "".join(f"{m:>9}" for m in rm.METRICS))
     for system, category, n, m in rows:
@@ -312,7 +339,18 @@ def main() -> int:
     )
     parser.add_argument("--database-url", help="a database to use (default: a throwaway one on the embedded server)")
     parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --database-url of an earlier run: store nothing, ask the searches again (minutes, not half an "
+        "hour; implies --no-context); e.g. to compare retrieval settings given as "
+        "MEMORY_BUTLER_MEMORY__RETRIEVAL__<NAME> variables",
+    )
     args = parser.parse_args()
+    if args.reuse and not args.database_url:
+        parser.error("--reuse needs --database-url (the database an earlier run filled)")
+    # memory_context has no time bound: over the kept replay it would see the question's own and later sessions
+    args.no_context = args.no_context or args.reuse
     numbers = [int(n) for n in args.personas.split(",")] if args.personas else rm.split(args.split)
     print(reference_line())
     with bench_redis(args.redis_url), bench_engine(args.database_url) as engine:
@@ -331,18 +369,19 @@ def main() -> int:
             TYPES[:] = ["fact", "rule", "episode"]
         port = free_port()
         front = start_front(url_db, args.redis_url, port)
-        workers = start_workers(args.workers, url_db, args.redis_url, 8)
+        workers = [] if args.reuse else start_workers(args.workers, url_db, args.redis_url, 8)
         url = f"http://127.0.0.1:{port}/mcp"
         try:
             from memory_workers import app as worker_app
 
             settings = load_settings(redis_url=args.redis_url, database_url=url_db)
             worker_app.configure(worker_app.app, settings)
-            wait_ready(worker_app.app, args.workers)
+            if not args.reuse:
+                wait_ready(worker_app.app, args.workers)
             t0 = time.perf_counter()
-            rewake = functools.partial(_rewake, settings)
+            rewake = None if args.reuse else functools.partial(_rewake, settings)
             asyncio.run(_all(runs, url, engine, args.limit, not args.no_context, rewake))
-            ingest_s = time.perf_counter() - t0
+            ingest_s = None if args.reuse else time.perf_counter() - t0
             largest = max(runs, key=lambda r: len(r.persona.turns))
             latency = single_client(url, largest, rounds=LATENCY_ROUNDS)
         finally:

@@ -218,6 +218,27 @@ def test_conversation_benchmark_runs_small(empty_database_url):
     p50, p95 = _figures(out, "memory_search via MCP", r"\d+\.\d")[-2:]
     assert 0 < p50 <= p95, out
     assert redis_lib.Redis.from_url(SMALL_BENCH_REDIS_URL).dbsize() == 0
+    # --reuse asks the same searches over the kept replay: nothing stored again, the same rankings
+    again = _run(
+        "bench_conversations.py",
+        "--personas",
+        "4,10",
+        "--limit",
+        "3",
+        "--database-url",
+        empty_database_url,
+        "--redis-url",
+        SMALL_BENCH_REDIS_URL,
+        "--reuse",
+    )
+    assert "stored by an earlier run (--reuse)" in again and "episodes stored in" not in again, again
+    assert "evidence in the block" not in again, again
+    assert _table(again) == _table(out), again
+
+
+def _table(out: str) -> list[str]:
+    """The benchmark's quality rows (not its timings)."""
+    return [line for line in out.splitlines() if line.startswith(("memory_search (hybrid)", "rank-bm25", "dense"))]
 
 
 def test_extraction_benchmark_runs_small():
