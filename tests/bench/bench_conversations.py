@@ -119,13 +119,14 @@ async def replay(run: Run, url: str, engine, limit: int | None, with_context: bo
 
 
 def _stored(run: Run, engine) -> None:  # noqa: ANN001
-    """--reuse: the turn keys of the episodes an earlier run stored, by session and content."""
-    turns = {(str(t.session_id), t.content[:MAX_CONTENT]): t.key for t in run.persona.turns}
+    """--reuse: the turn keys of the episodes an earlier run stored, by when each turn happened (a persona's turn
+    times strictly increase; some turns repeat an earlier one's text)."""
+    turns = {t.occurred_at: t.key for t in run.persona.turns}
     with engine.connect() as conn:
         rows = conn.execute(
-            text("SELECT id::text, session_id::text, content FROM episodes WHERE tenant_id = :t"), {"t": run.tenant}
+            text("SELECT id::text, occurred_at FROM episodes WHERE tenant_id = :t"), {"t": run.tenant}
         ).all()
-    run.keys.update({i: turns[(s, c)] for i, s, c in rows if (s, c) in turns})
+    run.keys.update({i: turns[when] for i, when in rows if when in turns})
     if not run.keys:
         raise SystemExit(f"--reuse: persona {run.number} has no stored episodes in this database")
 
