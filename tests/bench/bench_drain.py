@@ -1,7 +1,11 @@
 """Drain and consolidation throughput beside the raw embedding throughput, measured in the same run.
 
     python tests/bench/bench_drain.py [--episodes 10000] [--workers 2] [--tenants 10] [--butlers 3]
-                                      [--database-url URL] [--redis-url URL]
+                                      [--texts synthetic|realmem] [--database-url URL] [--redis-url URL]
+
+--texts synthetic (the default): short generated episodes of no session. --texts realmem: conversation turns, the
+first turns of RealMem personas 1, 2, ... (one per tenant, one butler, in order, each with its session and time),
+so every turn also gets its contextual vector and a long one its window vectors, as a chat import would.
 
 1. raw: the configured embedding backend embeds the same episode texts in batches, in this process (1 thread);
 2. accepts N episodes straight into the intake (no front: this measures the worker plane alone);
@@ -30,6 +34,7 @@ from memory_api.loadtest.generator import episode_text  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.embedding import get_embedder  # noqa: E402
 from shared.intake import WriteRequest, accept  # noqa: E402
+from shared.schemas import EpisodeWrite  # noqa: E402
 from shared.sharding import MAINTENANCE_QUEUE, shard_queues  # noqa: E402
 from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noqa: E402
 
@@ -37,6 +42,24 @@ from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noq
 def texts_for(n: int, butlers: int) -> list[str]:
     rng = random.Random(42)
     return [episode_text(rng, f"butler{i % butlers}") for i in range(n)]
+
+
+def realmem_episodes(n: int, tenants: int) -> list[tuple[str, dict]]:
+    """(tenant, EpisodeWrite payload) for the first ``n`` turns, split over ``tenants`` personas, each in order."""
+    from tests.bench import conversations as rm
+
+    per = -(-n // tenants)
+    out = []
+    for t in range(tenants):
+        for turn in rm.load(t % 10 + 1).turns[:per]:
+            payload = {
+                "content": turn.content[:20_000],
+                "butler": "assistant",
+                "session_id": str(turn.session_id),
+                "occurred_at": turn.occurred_at.isoformat(),
+            }
+            out.append((f"drain-{t:02d}", EpisodeWrite.model_validate(payload).model_dump(mode="json")))
+    return out[:n]
 
 
 def raw_embedding_rate(texts: list[str]) -> float:
@@ -48,19 +71,23 @@ def raw_embedding_rate(texts: list[str]) -> float:
     return len(texts) / (time.perf_counter() - t0)
 
 
-def accept_all(engine, texts: list[str], tenants: int, butlers: int) -> list[tuple[str, str]]:  # noqa: ANN001
+def synthetic_episodes(texts: list[str], tenants: int, butlers: int) -> list[tuple[str, dict]]:
     keys = [(f"drain-{t:02d}", f"butler{b}") for t in range(tenants) for b in range(butlers)]
+    return [
+        (keys[i % len(keys)][0], {"content": body, "butler": keys[i % len(keys)][1]}) for i, body in enumerate(texts)
+    ]
+
+
+def accept_all(engine, episodes: list[tuple[str, dict]]) -> list[tuple[str, str]]:  # noqa: ANN001
+    """Every (tenant, payload) straight into the intake, in order; returns the (tenant, butler) keys to wake."""
+    keys = sorted({(tenant, payload["butler"]) for tenant, payload in episodes})
     with engine.begin() as conn:
         for tenant in {k[0] for k in keys}:
             conn.execute(text("INSERT INTO tenants (id) VALUES (:t) ON CONFLICT DO NOTHING"), {"t": tenant})
-    for start in range(0, len(texts), 500):
-        chunk = texts[start : start + 500]
+    for start in range(0, len(episodes), 500):
         by_tenant: dict[str, list[WriteRequest]] = {}
-        for i, body in enumerate(chunk, start=start):
-            tenant, butler = keys[i % len(keys)]
-            by_tenant.setdefault(tenant, []).append(
-                WriteRequest("episode", butler, {"content": body, "butler": butler}, None)
-            )
+        for tenant, payload in episodes[start : start + 500]:
+            by_tenant.setdefault(tenant, []).append(WriteRequest("episode", payload["butler"], payload, None))
         with engine.begin() as conn:
             for tenant, writes in by_tenant.items():
                 accept(conn, tenant_id=tenant, writes=writes, actor="bench", request_id=None)
@@ -128,16 +155,23 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tenants", type=int, default=10)
     parser.add_argument("--butlers", type=int, default=3)
+    parser.add_argument(
+        "--texts", choices=("synthetic", "realmem"), default="synthetic", help="what the episodes say (see above)"
+    )
     parser.add_argument("--database-url", help="a database to use (migrated, not dropped); default: a throwaway one")
     parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after")
     args = parser.parse_args()
     settings = load_settings()
-    texts = texts_for(args.episodes, args.butlers)
+    if args.texts == "realmem":
+        episodes = realmem_episodes(args.episodes, args.tenants)
+    else:
+        episodes = synthetic_episodes(texts_for(args.episodes, args.butlers), args.tenants, args.butlers)
+    texts = [payload["content"] for _, payload in episodes]
     raw = raw_embedding_rate(texts)
     print(f"raw embedding ({get_embedder().backend}, 1 thread, batches of 256): {raw:.0f} episodes/s")
     with bench_redis(args.redis_url), bench_engine(args.database_url) as engine:
         url = engine.url.render_as_string(hide_password=False)
-        keys = accept_all(engine, texts, args.tenants, args.butlers)
+        keys = accept_all(engine, episodes)
         workers = start_workers(args.workers, url, args.redis_url, settings.workers.shard_count)
         try:
             from memory_workers import app as worker_app

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import redis as redis_lib
+from sqlalchemy import create_engine, text
 
 from tests.bench import bench_gather, bench_latency
 from tests.bench.extraction_dataset import CASES
@@ -125,6 +126,36 @@ def test_drain_benchmark_runs_small(empty_database_url):
     end_to_end = re.search(r"(\d+) episodes/s end to end; (\d+) facts, (\d+) rules", out)
     assert raw > 0 and drain and float(drain[2]) > 0 and end_to_end, out
     assert int(end_to_end[2]) > 0, out  # the heuristic extractor turned some episodes into facts
+    assert _redis_left_empty()
+    # conversation turns: each after the first of its session also gets its contextual vector
+    out = _run(
+        "bench_drain.py",
+        "--texts",
+        "realmem",
+        "--episodes",
+        "40",
+        "--workers",
+        "1",
+        "--tenants",
+        "2",
+        "--database-url",
+        empty_database_url,
+        "--redis-url",
+        SMALL_BENCH_REDIS_URL,
+    )
+    assert re.search(r"drain: 40 episodes applied with embeddings in [\d.]+s by 1 worker\(s\)", out), out
+    engine = create_engine(empty_database_url)
+    try:
+        with engine.connect() as conn:
+            turns, in_session, vectors = conn.execute(
+                text(
+                    "SELECT count(*), count(session_id), (SELECT count(DISTINCT episode_id) FROM episode_vectors "
+                    "WHERE butler = 'assistant') FROM episodes WHERE butler = 'assistant'"
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    assert turns == in_session == 40 and vectors >= 30, (turns, in_session, vectors)
     assert _redis_left_empty()
 
 
