@@ -100,11 +100,11 @@ async def replay(run: Run, url: str, engine, limit: int | None, with_context: bo
     pending: list[rm.Turn] = []
     async with open_session(url, run.token, timeout_s=120) as session:
         for s in sorted(by_session):
-            if queries.get(s) and rewake is not None:
-                await _store(session, run, pending)
-                pending = []
-                await asyncio.to_thread(_wait_applied, engine, run.tenant, lambda: rewake(run.tenant))
             if queries.get(s):
+                if rewake is not None:
+                    await _store(session, run, pending)
+                    pending = []
+                    await asyncio.to_thread(_wait_applied, engine, run.tenant, lambda: rewake(run.tenant))
                 for q in queries[s]:
                     await _ask(session, run, q, by_session[s][0].occurred_at.isoformat(), with_context)
             pending += by_session[s]

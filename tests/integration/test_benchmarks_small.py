@@ -221,16 +221,11 @@ def test_episode_months_benchmark_runs_small(empty_database_url):
 
 def test_conversation_benchmark_runs_small(empty_database_url):
     # two personas, their first three queries: the real front, two real workers, the replay and both baselines
+    small = ["--personas", "4,10", "--limit", "3", "--database-url", empty_database_url]
+    small += ["--redis-url", SMALL_BENCH_REDIS_URL]
     out = _run(
         "bench_conversations.py",
-        "--personas",
-        "4,10",
-        "--limit",
-        "3",
-        "--database-url",
-        empty_database_url,
-        "--redis-url",
-        SMALL_BENCH_REDIS_URL,
+        *small,
         env={"MEMORY_BUTLER_EMBEDDING__QUERY_CACHE_TTL_S": "0"},  # the timed searches wait out no cache
     )
     assert "=== dev split" in out and "=== test split" in out
@@ -250,18 +245,7 @@ def test_conversation_benchmark_runs_small(empty_database_url):
     assert 0 < p50 <= p95, out
     assert redis_lib.Redis.from_url(SMALL_BENCH_REDIS_URL).dbsize() == 0
     # --reuse asks the same searches over the kept replay: nothing stored again, the same rankings
-    again = _run(
-        "bench_conversations.py",
-        "--personas",
-        "4,10",
-        "--limit",
-        "3",
-        "--database-url",
-        empty_database_url,
-        "--redis-url",
-        SMALL_BENCH_REDIS_URL,
-        "--reuse",
-    )
+    again = _run("bench_conversations.py", *small, "--reuse")
     assert "stored by an earlier run (--reuse)" in again and "episodes stored in" not in again, again
     assert "evidence in the block" not in again, again
     assert _table(again) == _table(out), again
