@@ -70,21 +70,8 @@ Embed = Callable[[Sequence[str]], np.ndarray]
 Offsets = Callable[[Sequence[str]], list[list[tuple[int, int]]]]
 
 
-# Characters of the preceding turn the contextual vector reads: its end, which leads into the turn (~110 word
-# pieces), so the turn itself still fits in what the model reads (256 word pieces; a chat turn's median is ~130).
-CONTEXT_TAIL_CHARS = 500
-
-
 def contextual_text(preceding: str, content: str) -> str:
-    """What the contextual vector embeds: the turn read after the end of the one before it (from a word start)."""
-    cut = len(preceding) - CONTEXT_TAIL_CHARS
-    if cut > 0:
-        tail = preceding[cut:]
-        words = tail.split(maxsplit=1)
-        inside_a_word = not preceding[cut - 1].isspace() and not tail[0].isspace()
-        if inside_a_word and len(words) == 2:  # start at the next word
-            tail = words[1]
-        preceding = tail.lstrip()
+    """What the contextual vector embeds: the turn read after the one before it."""
     return f"{preceding}\n{content}"
 
 

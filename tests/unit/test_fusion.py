@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.config import ScoreWeights
-from shared.conversation import CONTEXT_TAIL_CHARS, contextual_text, window_spans
+from shared.conversation import window_spans
 from shared.fusion import diversify, fuse, share_sessions
 from shared.scoring import composite_score, normalise_rrf, relative_relevance, rrf
 
@@ -157,15 +157,3 @@ def test_window_spans_cover_a_long_text_with_overlap_and_leave_a_short_one_alone
     assert spans[-1][1] == offsets[-1][1]
     assert all(b[0] < a[1] for a, b in zip(spans, spans[1:]))  # consecutive windows overlap
     assert window_spans(offsets[:250], size=200, stride=150, longer_than=250) == []
-
-
-def test_the_contextual_text_keeps_the_end_of_a_long_preceding_turn_so_the_turn_itself_is_read():
-    assert contextual_text("Shall I book it?", "Yes, twice last month!") == "Shall I book it?\nYes, twice last month!"
-    long = "intro " * 300 + "Would you like the window seat?"
-    text = contextual_text(long, "Yes please.")
-    assert text.endswith("Would you like the window seat?\nYes please.")
-    assert len(text) <= CONTEXT_TAIL_CHARS + len("\nYes please.") and text.startswith("intro ")  # a whole word first
-    # a cut inside a word starts at the next word; a text with no spaces keeps its tail as is
-    cut_inside = contextual_text("abcd " * 200 + "e", "ok")  # the last 500 characters start at "bcd"
-    assert cut_inside.startswith("abcd ") and len(cut_inside) == CONTEXT_TAIL_CHARS - 4 + len("\nok")
-    assert contextual_text("q" * 2000, "ok") == "q" * CONTEXT_TAIL_CHARS + "\nok"
