@@ -50,14 +50,12 @@ def share_sessions(
         raise ValueError(f"top must be at least 1, got {top}")
     if share == 0:
         return list(relevances)
-    best: dict[Hashable, list[float]] = {}
-    for i, (rel, session) in enumerate(zip(relevances, sessions, strict=True)):
-        best.setdefault(("row", i) if session is None else session, []).append(rel)
-    mean = {group: sum(sorted(rels, reverse=True)[:top]) / top for group, rels in best.items()}
-    return [
-        (1 - share) * rel + share * mean[("row", i) if session is None else session]
-        for i, (rel, session) in enumerate(zip(relevances, sessions, strict=True))
-    ]
+    groups = [("row", i) if session is None else session for i, session in enumerate(sessions)]
+    members: dict[Hashable, list[float]] = {}
+    for rel, group in zip(relevances, groups, strict=True):
+        members.setdefault(group, []).append(rel)
+    mean = {group: sum(sorted(rels, reverse=True)[:top]) / top for group, rels in members.items()}
+    return [(1 - share) * rel + share * mean[group] for rel, group in zip(relevances, groups)]
 
 
 def diversify(

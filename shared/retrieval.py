@@ -64,13 +64,15 @@ def _candidates(
         bm25=Bm25(settings.bm25_k1, settings.bm25_b, settings.context_weight),
         recent=recent,
     )
-    scored = [(kind, row) for kind in kinds for row in _relevance(found[kind], kind=kind, mode=mode, settings=settings)]
+    scored = [
+        (kind, row)
+        for kind in kinds
+        for row in _by_session(_relevance(found[kind], kind=kind, mode=mode, settings=settings), kind, mode, settings)
+    ]
     return scored + [("recent", row | {"relevance": 0.0}) for row in found.get("recent", [])]
 
 
 def _relevance(rows: list[Row], *, kind: str, mode: str, settings: RetrievalSettings) -> list[Row]:
-    """Each row's ``relevance`` for the mode; hybrid episodes then share part of it with their session's best
-    candidates (shared.fusion.share_sessions)."""
     if mode in ("semantic", "keyword"):
         listed = [r for r in rows if r[mode] is not None]
         for r in listed:
@@ -84,7 +86,7 @@ def _relevance(rows: list[Row], *, kind: str, mode: str, settings: RetrievalSett
                 keyword_exponent=settings.keyword_exponent,
                 semantic_weight=getattr(settings.semantic_weight, kind),
             )
-        return _by_session(rows, kind, settings)
+        return rows
     # RRF: keyword evidence enters only where a row carries a clear majority (by default 0.6) of the query's term
     # weight: a partial match on a few common words is weak evidence, and RRF's flat top ranks would let it reorder
     # strong semantic matches (measured on the synthetic set: paraphrase recall@1 0.87 semantic vs 0.60 hybrid
@@ -95,11 +97,13 @@ def _relevance(rows: list[Row], *, kind: str, mode: str, settings: RetrievalSett
     k = settings.rrf_k
     for r in rows:
         r["relevance"] = normalise_rrf(rrf([sem_rank.get(r["id"]), key_rank.get(r["id"])], k=k), 2, k)
-    return _by_session(rows, kind, settings)
+    return rows
 
 
-def _by_session(rows: list[Row], kind: str, settings: RetrievalSettings) -> list[Row]:
-    if kind != "episode" or settings.session_share == 0:
+def _by_session(rows: list[Row], kind: str, mode: str, settings: RetrievalSettings) -> list[Row]:
+    """Hybrid episodes share part of their relevance with their session's best candidates
+    (shared.fusion.share_sessions); single-leg modes, facts and rules keep theirs."""
+    if mode != "hybrid" or kind != "episode" or settings.session_share == 0:
         return rows
     shared = share_sessions(
         [r["relevance"] for r in rows],

@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from memory_api.loadtest.client import call_tool, open_session  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.embedding import get_embedder, get_token_counter  # noqa: E402
+from shared.schemas import MAX_CONTENT  # noqa: E402
 from shared.tenancy import create_token, ensure_tenant  # noqa: E402
 from tests.bench import conversations as rm  # noqa: E402
 from tests.bench.bench_drain import start_workers, wait_ready  # noqa: E402
@@ -63,7 +64,6 @@ LATENCY_ROUNDS = 3
 BUDGET = 1000
 PREFIX = 60
 BATCH = 500
-MAX_CONTENT = 20_000
 
 
 class Run:

@@ -34,7 +34,7 @@ from memory_api.loadtest.generator import episode_text  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.embedding import get_embedder  # noqa: E402
 from shared.intake import WriteRequest, accept  # noqa: E402
-from shared.schemas import EpisodeWrite  # noqa: E402
+from shared.schemas import MAX_CONTENT, EpisodeWrite  # noqa: E402
 from shared.sharding import MAINTENANCE_QUEUE, shard_queues  # noqa: E402
 from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noqa: E402
 
@@ -53,7 +53,7 @@ def realmem_episodes(n: int, tenants: int) -> list[tuple[str, dict]]:
     for t in range(tenants):
         for turn in rm.load(t % 10 + 1).turns[:per]:
             payload = {
-                "content": turn.content[:20_000],
+                "content": turn.content[:MAX_CONTENT],
                 "butler": "assistant",
                 "session_id": str(turn.session_id),
                 "occurred_at": turn.occurred_at.isoformat(),
