@@ -296,7 +296,8 @@ class EmbeddingSettings(_Section):
     # and an int8 option").
     store_int8: bool = False
     # The front's concurrent reads share one model call per batch: the embedding thread waits at most this long
-    # for more queries after the first (0 = embed what is queued right away). See shared.query_batcher.
+    # for more queries after the first (0 = embed what is queued right away). See shared.query_batcher. Not with
+    # the int8 query model, which runs each text alone: a batch saves it nothing, so it never waits.
     query_batch_wait_ms: float = Field(1.0, ge=0, le=50)
     # How long an identical query text reuses its embedding (an LRU of 1024 texts per front; 0 = no reuse).
     query_cache_ttl_s: float = Field(60.0, ge=0, le=86_400)

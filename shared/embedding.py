@@ -77,6 +77,7 @@ def _tokenizer(*, pad: bool) -> Tokenizer:
 
 class _TorchBackend:
     batch = 64  # texts per model call
+    batches = True  # several texts in one call cost less than apart
 
     def __init__(self, cfg: EmbeddingSettings, threads: int) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -116,6 +117,7 @@ class _OnnxBackend:
         self._long = (_onnx_session(path, long[0]), long[1]) if long and long[0] > threads else None
         self._tok = _tokenizer(pad=True)
         self._alone = alone
+        self.batches = not alone
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         if self._alone and len(texts) > 1:  # (a batch: the front is busy, so not on the long session's threads)
@@ -308,6 +310,12 @@ class Embedder:
                 out[chunk] = self._run([texts[i] for i in chunk])
             telemetry.EMBED_SECONDS.labels("query" if self._query else "batch").observe(time.perf_counter() - started)
         return out
+
+    @property
+    def batches(self) -> bool:
+        """Whether texts given together share a model call (False for the int8 model, which runs each alone):
+        only then is waiting for more texts worth it (shared.query_batcher)."""
+        return self._run.batches
 
     def embed_one(self, text: str) -> np.ndarray:
         vector: np.ndarray = self.embed([text])[0]

@@ -127,7 +127,7 @@ class Services:
         self.batcher = QueryBatcher(
             embedder.embed,
             version=embedder.version.revision,
-            max_wait_s=cfg.query_batch_wait_ms / 1000,
+            max_wait_s=cfg.query_batch_wait_ms / 1000 if embedder.batches else 0.0,
             cache_ttl_s=cfg.query_cache_ttl_s,
         )
         self.bumper = ReferenceBumper(self.engine)  # bumps are writes: the primary
