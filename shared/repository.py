@@ -227,17 +227,20 @@ def harmful_reasons(conn: Connection, *, rule_id: uuid.UUID) -> list[str]:
 
 
 def embedding_version_id(conn: Connection, version: ModelVersion) -> int:
-    """Id of the (model, revision) row, created on first use."""
+    """Id of the (model, revision) row, created on first use (looked up first: every apply and consolidation
+    batch asks, and the row nearly always exists)."""
+    query = select(embedding_versions.c.id).where(
+        embedding_versions.c.model == version.model, embedding_versions.c.revision == version.revision
+    )
+    found = conn.execute(query).scalar()
+    if found is not None:
+        return int(found)
     conn.execute(
         pg_insert(embedding_versions)
         .values(model=version.model, revision=version.revision, dimensions=version.dimensions)
         .on_conflict_do_nothing()
     )
-    return conn.execute(
-        select(embedding_versions.c.id).where(
-            embedding_versions.c.model == version.model, embedding_versions.c.revision == version.revision
-        )
-    ).scalar_one()
+    return int(conn.execute(query).scalar_one())
 
 
 def sealed_contents(conn: Connection, *, tenant_id: str, ids: Sequence[uuid.UUID]) -> list[RowMapping]:
