@@ -118,9 +118,6 @@ class KeptConnection:
         while True:
             fresh = self._conn is None
             conn = self._conn = self._conn or connect(self._settings)
-            # The queue is declared on every send, as on a fresh connection: its binding lives in Redis, which
-            # may have lost it (a restart without persistence, a flush) while this connection stayed up.
-            conn.declared_entities.clear()
             try:
                 _send(conn, task_name, tenant_id, butler, queue, countdown)
                 return

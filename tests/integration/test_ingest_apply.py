@@ -504,3 +504,19 @@ def test_the_publisher_coalesces_a_burst_into_a_few_messages_on_the_right_queues
         client.delete(q)
     assert 2 <= len(mine) <= 20 and publisher.snapshot()["published"] == len(mine)
     assert {m["headers"]["task"] for m in mine} == {"memory.apply_writes"}
+
+
+def test_a_kept_broker_connection_survives_a_killed_client_and_a_flushed_binding(settings, redis_url):
+    # given a worker process's kept broker connection (one per process and Redis URL), used once
+    client = redis_lib.Redis.from_url(redis_url)
+    t = f"t-{uuid.uuid4().hex[:12]}"
+    queue = queue_for(t, "general", settings.workers.shard_count)
+    wake_apply(t, "general", settings=settings)
+    # when Redis drops every other client's connection (as a restart does) and loses its queue bindings
+    client.client_kill_filter(_type="normal", skipme=True)
+    client.flushdb()
+    # then the next wake-up still reaches the key's queue: the connection is replaced, the queue declared again
+    wake_apply(t, "general", settings=settings)
+    messages = [json.loads(m) for m in client.lrange(queue, 0, -1)]
+    client.delete(queue)
+    assert [m["headers"]["task"] for m in messages if t in m["headers"]["kwargsrepr"]] == ["memory.apply_writes"]
