@@ -11,7 +11,8 @@ The rule (set-based, in the apply transaction): after a batch is inserted, every
 arrives before its predecessor is re-contextualised when the predecessor lands, in that one statement.
 
 Long episodes: the model reads the first 256 word pieces only; an episode longer than that is also embedded as
-overlapping windows (``episode_vectors`` n >= 1) and is as near to a query as its nearest window.
+overlapping windows (``episode_vectors`` n >= 1; the first from where its own vector's reading is overlapped) and
+is as near to a query as its nearest window.
 
 Measured on persona 1 of the conversation dev split (BENCHMARKS.md): the contextual vector and the windows each add about
 0.04 to dense recall@10; the preceding turn as a keyword field helps BM25 alone (+0.03) and little within the
@@ -45,12 +46,15 @@ def window_spans(
     longer_than: int = 250,
 ) -> list[tuple[int, int]]:
     """Character spans of the overlapping windows of a text whose word pieces have ``offsets``; none when the
-    model reads it whole (``longer_than`` word pieces or fewer)."""
+    model reads it whole (``longer_than`` word pieces or fewer).
+
+    The first window starts at ``stride``, not 0: the episode's own vector already reads the first ``longer_than``
+    word pieces, and overlaps that window by ``longer_than - stride``."""
     n = len(offsets)
     if n <= longer_than:
         return []
     spans = []
-    for start in range(0, n, stride):
+    for start in range(stride, n, stride):
         end = min(start + size, n)
         spans.append((offsets[start][0], offsets[end - 1][1]))
         if end == n:
