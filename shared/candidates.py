@@ -213,11 +213,8 @@ def gather(
     mode = "keyword" if query_vec is None else "hybrid" if keyword else "semantic"
     telemetry.CANDIDATE_SECONDS.labels(mode).observe(time.perf_counter() - started)
     names = list(result.keys())
-    # The driver's tuples (the client-side cursor holds every row already): SQLAlchemy's Row objects would cost
-    # ~3 us a row, ~0.5 ms of a memory_context's front CPU.
-    with result:
-        values = result.cursor.fetchall()
-    for row in (dict(zip(names, v)) for v in values):
+    for values in result.all():
+        row = dict(zip(names, values))
         out[row["kind"]].append(row)
     return out
 
