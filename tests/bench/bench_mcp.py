@@ -44,7 +44,7 @@ from shared.candidates import Filter  # noqa: E402
 from shared import candidates  # noqa: E402
 from shared.embedding import get_embedder, to_pgvector  # noqa: E402
 from shared.tenancy import create_token  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line, settle_heap  # noqa: E402
 from tests.bench.corpus import corpus_tenants, questions  # noqa: E402
 
 
@@ -233,6 +233,7 @@ def main() -> int:
         port = free_port()
         front = start_front(engine.url.render_as_string(hide_password=False), args.redis_url, port, args.front_workers)
         url = f"http://127.0.0.1:{port}/mcp"
+        settle_heap()
         try:
             cpu = asyncio.run(cpu_per_call(url, tokens[0], psutil.Process(front.pid), qs, args.seconds / 3))
             floor = sdk_floor(args.seconds / 3)
