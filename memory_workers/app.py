@@ -11,7 +11,6 @@ The configuration is built from :class:`shared.config.Settings` by :func:`celery
 
 from __future__ import annotations
 
-import gc
 import importlib
 import logging
 import os
@@ -21,7 +20,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import celeryd_init, setup_logging, worker_init, worker_process_init, worker_process_shutdown
 
-from shared import tracing
+from shared import heap, tracing
 from shared.config import Settings, get_settings
 from shared.logs import configure_logging
 from shared.sharding import MAINTENANCE_QUEUE, queue_for
@@ -159,10 +158,7 @@ def _init_process(**_: Any) -> None:
 
     tracing.setup(current_settings().tracing, role="worker")
     install_runtime(build_runtime(current_settings()))
-    # The model, its libraries and the pools live as long as the process: out of the collector's sight (as in
-    # the front, memory_api.tools.services: full collections of 130-180 ms there before).
-    gc.collect()
-    gc.freeze()
+    heap.settle()  # the model, its libraries and the pools out of the collector's sight (shared.heap)
 
 
 @celeryd_init.connect

@@ -117,7 +117,10 @@ class _OnnxBackend:
         self._long = (_onnx_session(path, long[0]), long[1]) if long and long[0] > threads else None
         self._tok = _tokenizer(pad=True)
         self._alone = alone
-        self.batches = not alone
+
+    @property
+    def batches(self) -> bool:
+        return not self._alone
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         if self._alone and len(texts) > 1:  # (a batch: the front is busy, so not on the long session's threads)

@@ -8,7 +8,6 @@ stack this run starts and stops (:class:`memory_api.loadtest.chaos.LocalStack`).
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import random
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from memory_api.loadtest.chaos import Drill
 from memory_api.loadtest.client import ClientConfig, Pacer, Reader, Writer, call_tool, open_session
 from memory_api.loadtest.localstack import LocalStack
 from memory_api.loadtest.metrics import Recorder, cpu_seconds, cpu_used, run_sampler
-from shared import db
+from shared import db, heap
 from shared.db import unit_of_work
 from shared.tenancy import create_token, ensure_tenant
 
@@ -145,10 +144,9 @@ async def burst(config: BurstConfig, *, stack: LocalStack | None = None, console
         else:
             tokens = await asyncio.to_thread(make_tenants, engine, tenants, run_id)
         await preflight(url, tokens)
-        # The generator's own start-up heap (MCP, HTTP and report libraries) out of its collector's sight: its full
-        # collections of 140-270 ms stalled every call in flight and were timed as the service's latency.
-        gc.collect()
-        gc.freeze()
+        # The generator's own full collections (140-270 ms) stalled every call in flight and were timed as the
+        # service's latency: its start-up heap out of their sight (shared.heap).
+        heap.settle()
         return await _run(
             config,
             target=target,

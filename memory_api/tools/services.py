@@ -10,7 +10,6 @@ full answers ``degraded`` at once (fail open) rather than timing out late.
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,7 +21,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, TimeoutError as PoolTimeout
 
 from memory_api.tools.limits import TokenLimits
-from shared import db
+from shared import db, heap
 from shared.config import Settings
 from shared.errors import ButlerError, IntegrityViolation, Unavailable
 from shared.query_batcher import QueryBatcher
@@ -145,11 +144,7 @@ class Services:
         if self.stdio_principal is not None:
             with db.unit_of_work(self.engine) as conn:
                 ensure_tenant(conn, tenant_id=self.stdio_principal.tenant_id)
-        # What the process has loaded so far (the model, its libraries, the pools) lives as long as it does: out of
-        # the collector's sight, a full collection scans only what calls made since. Measured in the contract
-        # burst: full collections of 130-180 ms every ~6 s, each stalling every call in flight.
-        gc.collect()
-        gc.freeze()
+        heap.settle()  # full collections scan only what calls make from now on (shared.heap)
         log.info(
             "front resources ready",
             extra={

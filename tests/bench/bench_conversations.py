@@ -49,6 +49,7 @@ from sqlalchemy import text
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from memory_api.loadtest.client import call_tool, open_session  # noqa: E402
+from shared import heap  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.embedding import get_embedder, get_token_counter  # noqa: E402
 from shared.schemas import MAX_CONTENT  # noqa: E402
@@ -56,7 +57,7 @@ from shared.tenancy import create_token, ensure_tenant  # noqa: E402
 from tests.bench import conversations as rm  # noqa: E402
 from tests.bench.bench_drain import start_workers, wait_ready  # noqa: E402
 from tests.bench.bench_mcp import free_port, pct, start_front  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line, settle_heap  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line  # noqa: E402
 
 BUTLER = "assistant"
 # The timed searches: each asked question this many times over (a p95 over a few hundred searches).
@@ -320,7 +321,7 @@ def single_client(url: str, run: Run, *, rounds: int) -> list[float]:
 
     # This process holds every persona's turns and the baselines' indexes: out of its collector's sight, so a full
     # collection here (100+ ms) is not timed as a search.
-    settle_heap()
+    heap.settle()
     return asyncio.run(go())
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import uuid
 from collections.abc import Iterator
@@ -77,10 +76,3 @@ def bench_engine(database_url: str | None = None, *, keep: bool = False) -> Iter
             with admin_engine.connect() as conn:
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             admin_engine.dispose()
-
-
-def settle_heap() -> None:
-    """Move what this process holds so far out of its garbage collector's sight, before a timed phase: a full
-    collection stalls every call in flight, and the client's stall is not the service's latency."""
-    gc.collect()
-    gc.freeze()
