@@ -50,6 +50,26 @@ APPLIED_SQL = text(
 BACKENDS_SQL = text("SELECT count(*) FROM pg_stat_activity WHERE client_addr = CAST(:addr AS inet)")
 
 
+@dataclass
+class Look:
+    """How a drill's wait for its victim went: when the host was first seen to have applied work, how often it was
+    seen holding a lock, and how many times its link was cut (a cut-off host is cut, looked at, and let back
+    while the lock it was seen holding turns out to be let go in between)."""
+
+    applied_at: float | None = None
+    sightings: int = 0
+    cuts: int = 0
+
+    def summary(self, started: float) -> dict[str, Any]:
+        applied = None if self.applied_at is None else round(self.applied_at - started, 3)
+        return {
+            "applied_after_s": applied,
+            "sightings": self.sightings,
+            "cuts": self.cuts,
+            "took_s": round(time.monotonic() - started, 3),
+        }
+
+
 def lock_halves(key: int) -> tuple[int, int]:
     """How pg_locks shows a bigint advisory key: (classid, objid) = its high and low 32 bits."""
     unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
@@ -272,7 +292,8 @@ class Fleet:
         if partition:
             self._partition(host)
             return
-        held = self._wait_holding(host)
+        started, look = time.monotonic(), Look()
+        held = self._wait_holding(host, look)
         pids = self.network.pids(host)
         for pid in pids:  # only processes this fleet started: nothing else lives in the namespace
             with contextlib.suppress(ProcessLookupError):
@@ -287,15 +308,20 @@ class Fleet:
             "pids": pids,
             "still_running": left,
             "partition": False,
+            "look": look.summary(started),
         }
 
-    def _wait_holding(self, host: str) -> list[tuple[int, int]]:
+    def _wait_holding(self, host: str, look: Look) -> list[tuple[int, int]]:
         """Once the host has applied work (so the drill shows both hosts served before it) and holds a lock now."""
         deadline, held = time.monotonic() + MID_WORK_S, []
-        while time.monotonic() < deadline and not self.applied_by(host):
-            time.sleep(0.05)
-        while time.monotonic() < deadline and not held:
+        while look.applied_at is None and time.monotonic() < deadline:
+            if self.applied_by(host):
+                look.applied_at = time.monotonic()
+            else:
+                time.sleep(0.05)
+        while look.applied_at is not None and time.monotonic() < deadline and not held:
             held = self.held_locks(host)
+        look.sightings += bool(held)
         return held
 
     def applied_by(self, host: str) -> bool:
@@ -308,11 +334,12 @@ class Fleet:
     def _partition(self, host: str) -> None:
         """Cut the link while the host holds a lock, as PostgreSQL sees it after the cut (a COMMIT may have slipped
         out between the look and the cut: then the link comes back up and the host is caught again)."""
-        deadline, held, attempts = time.monotonic() + MID_WORK_S, [], 0
+        started, look = time.monotonic(), Look()
+        deadline, held = started + MID_WORK_S, []
         while not held and time.monotonic() < deadline:
-            self._wait_holding(host)
+            self._wait_holding(host, look)
             self.network.link_down(host)
-            attempts += 1
+            look.cuts += 1
             held = self.held_locks(host)
             if not held:
                 self.network.link_up(host)
@@ -323,7 +350,7 @@ class Fleet:
             "pids": self.network.pids(host),
             "still_running": [],
             "partition": True,
-            "attempts": attempts,
+            "look": look.summary(started),
         }
 
     def revive_host(self, host: str) -> None:
