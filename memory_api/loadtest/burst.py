@@ -18,7 +18,7 @@ from sqlalchemy import Engine, text
 
 from memory_api.loadtest import generator, report, verify
 from memory_api.loadtest.chaos import Drill
-from memory_api.loadtest.client import ClientConfig, Pacer, Reader, Writer, call_tool, open_session
+from memory_api.loadtest.client import ClientConfig, Pacer, Reader, StartLine, Writer, call_tool, open_session
 from memory_api.loadtest.localstack import LocalStack
 from memory_api.loadtest.metrics import Recorder, cpu_seconds, cpu_used, run_sampler
 from shared import db, heap
@@ -27,6 +27,7 @@ from shared.tenancy import create_token, ensure_tenant
 
 EXIT_PASSED, EXIT_FAILED, EXIT_SETUP = 0, 1, 3
 READ_TOOLS = {"context": "memory_context", "search": "memory_search"}
+CONNECT_TIMEOUT_S = 60.0  # the burst starts once every client connected, or after this long
 
 
 class SetupError(RuntimeError):
@@ -179,16 +180,21 @@ def _clients(
     tokens: dict[str, str],
     recorder: Recorder,
     stop: asyncio.Event,
+    start: StartLine,
 ) -> tuple[list[Writer], list[Reader]]:
-    """One writer per client (dealt to tenants round-robin) and the readers, all sharing the recorder."""
+    """One writer per client (dealt to tenants round-robin) and the readers, all sharing the recorder.
+
+    The writers share one pacer, and so do the readers: calls go out evenly spaced at the offered rate. (A pacer
+    per reader kept every reader's slots in step with the others', so all the reads of a round arrived at once.)
+    """
     client_config = ClientConfig(
         url=url, give_up_s=config.give_up_s, replay=config.replay or config.chaos == "replay", batch=config.batch
     )
-    pacer, writers = Pacer(config.rate), []
+    pacer, read_pacer, writers = Pacer(config.rate), Pacer(config.read_rate), []
     for client, count in enumerate(generator.split_evenly(config.episodes, config.clients)):
         tenant = generator.client_tenant(client, tenants)
         plan = generator.client_episodes(run_id, client=client, count=count, tenant=tenant, seed=config.seed)
-        writers.append(Writer(client_config, tokens[tenant.tenant_id], plan, recorder, pacer, stop))
+        writers.append(Writer(client_config, tokens[tenant.tenant_id], plan, recorder, pacer, stop, start))
     readers = [
         Reader(
             url,
@@ -197,8 +203,9 @@ def _clients(
             tenants[i % len(tenants)].butlers,
             _queries(config.seed + i),
             recorder,
-            Pacer(config.read_rate / config.readers),
+            read_pacer,
             stop,
+            start,
         )
         for i in range(config.readers)
     ]
@@ -219,13 +226,18 @@ async def _run(
     tenant_ids = [t.tenant_id for t in tenants]
     baseline = await asyncio.to_thread(_stored, engine, tenant_ids) if engine is not None else 0
     recorder, signals = Recorder(), _Signals()
-    writers, readers = _clients(config, target.url, run_id, tenants, tokens, recorder, signals.writers_done)
+    start = StartLine(expected=0)
+    writers, readers = _clients(config, target.url, run_id, tenants, tokens, recorder, signals.writers_done, start)
+    start.expected = sum(1 for w in writers if w.queue) + len(readers)  # a writer with nothing to send never calls
     drill = Drill(config.chaos, stack, config.outage_s, config.chaos_at) if config.chaos and stack else None
     keys = [(t.tenant_id, b) for t in tenants for b in t.butlers]
     pids = {**target.pids, "loadtest": os.getpid()}
-    cpu_before = await asyncio.to_thread(cpu_seconds, pids)
     with report.live(console, quiet=config.quiet) as live:
         live.phase("burst", config.episodes)
+        running = [asyncio.create_task(w.run()) for w in writers]
+        side = [asyncio.create_task(r.run()) for r in readers]
+        await start.open_when_ready(CONNECT_TIMEOUT_S)
+        cpu_before = await asyncio.to_thread(cpu_seconds, pids)
         sampler = asyncio.create_task(
             run_sampler(recorder, engine, tenant_ids, baseline=baseline, stop=signals.sampler_stop)
         )
@@ -238,9 +250,9 @@ async def _run(
             if drill
             else None
         )
-        side = [asyncio.create_task(r.run()) for r in readers] + [asyncio.create_task(_tick(live, recorder, signals))]
+        side.append(asyncio.create_task(_tick(live, recorder, signals)))
         try:
-            await asyncio.wait_for(asyncio.gather(*(w.run() for w in writers)), config.max_seconds)
+            await asyncio.wait_for(asyncio.gather(*running), config.max_seconds)
         except TimeoutError:
             recorder.counts["stopped_at_max_seconds"] += 1
         recorder.burst_ended = recorder.now()

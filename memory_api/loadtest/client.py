@@ -10,6 +10,7 @@ when the front said so. A reader calls memory_context or memory_search at its sh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections import deque
@@ -68,13 +69,41 @@ def is_transport_error(exc: BaseException) -> bool:
 
 @asynccontextmanager
 async def open_session(url: str, token: str, *, timeout_s: float) -> AsyncIterator[ClientSession]:
-    """An initialised MCP session with a bearer token, as a butler opens one."""
+    """An initialised MCP session with a bearer token and the tools listed, as a butler opens one (the SDK would
+    otherwise list them at the first call, to check results against their output schemas)."""
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s)) as http:
         async with streamable_http_client(url, http_client=http) as (read, write):
             async with ClientSession(read, write) as session:
                 await session.initialize()
+                await session.list_tools()
                 yield session
+
+
+@dataclass
+class StartLine:
+    """Every client connects (its session open, the tools listed) before any client calls, so the burst's clock
+    starts with all of them ready: one client's set-up, in the load test's one event loop, is not timed as
+    another client's call. A client that reconnects later (a drill) finds the line open and goes on at once."""
+
+    expected: int
+    arrived: int = 0
+    all_here: asyncio.Event = field(default_factory=asyncio.Event)
+    go: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def ready(self) -> None:
+        if not self.go.is_set():
+            self.arrived += 1
+            if self.arrived >= self.expected:
+                self.all_here.set()
+        await self.go.wait()
+
+    async def open_when_ready(self, timeout_s: float) -> None:
+        """Open the line once every client arrived, or after ``timeout_s`` (a client that cannot connect retries
+        on its own schedule)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.all_here.wait(), timeout_s)
+        self.go.set()
 
 
 async def call_tool(session: ClientSession, tool: str, arguments: dict[str, Any], *, timeout_s: float) -> dict:
@@ -129,6 +158,7 @@ class Writer:
     recorder: Recorder
     pacer: Pacer
     stop: asyncio.Event
+    start: StartLine
     queue: deque[_Pending] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -140,6 +170,7 @@ class Writer:
         while self.queue and not self.stop.is_set():
             try:
                 async with open_session(self.config.url, self.token, timeout_s=self.config.call_timeout_s) as session:
+                    await self.start.ready()
                     while self.queue and not self.stop.is_set():
                         await self._send_head(session)
             except Exception as exc:  # noqa: BLE001 - only transport failures are retried; anything else is a bug
@@ -261,6 +292,7 @@ class Reader:
     recorder: Recorder
     pacer: Pacer
     stop: asyncio.Event
+    start: StartLine
     timeout_s: float = 30.0
     max_in_flight: int = 16
 
@@ -269,6 +301,7 @@ class Reader:
         while not self.stop.is_set():
             try:
                 async with open_session(self.url, self.token, timeout_s=self.timeout_s) as session:
+                    await self.start.ready()
                     await self._read_until_stopped(session, rng)
             except Exception as exc:  # noqa: BLE001
                 if not is_transport_error(exc):

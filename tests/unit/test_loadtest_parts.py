@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
+import time
+from typing import Any
 
 import pytest
 
 from memory_api.cli import loadtest as loadtest_cli
-from memory_api.loadtest import generator, verify
-from memory_api.loadtest.client import is_transport_error
+from memory_api.loadtest import burst, generator, verify
+from memory_api.loadtest.client import StartLine, is_transport_error
 from memory_api.loadtest.metrics import Accept, Recorder, latency_summary, percentile
 
 
@@ -162,3 +165,56 @@ def test_the_command_line_parses_tokens_and_bounds():
         parser.parse_args(["loadtest", "burst", "--token", "no-equals-sign"])
     with pytest.raises(SystemExit):
         parser.parse_args(["loadtest", "burst", "--clients", "0"])
+
+
+def test_readers_share_one_pacer_so_their_reads_go_out_evenly_spaced():
+    # given ten readers offering 50 reads/s between them
+    config = burst.BurstConfig(episodes=20, clients=2, readers=10, read_rate=50.0)
+    tenants = generator.plan_tenants("abcd1234", count=2, butlers=2)
+    tokens = {t.tenant_id: "token" for t in tenants}
+    start = StartLine(expected=0)
+    _, readers = burst._clients(
+        config, "http://unused", "abcd1234", tenants, tokens, Recorder(), asyncio.Event(), start
+    )
+
+    # when every reader asks for its next two slots at once, as they do when the burst starts
+    async def slots() -> list[float]:
+        times: list[float] = []
+
+        async def reader(r: Any) -> None:
+            for _ in range(2):
+                await r.pacer.wait()
+                times.append(time.monotonic())
+
+        await asyncio.gather(*(reader(r) for r in readers))
+        return sorted(times)
+
+    times = asyncio.run(slots())
+
+    # then the twenty reads went out one every 20 ms, not ten at a time
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert len(times) == 20 and min(gaps) > 0.015
+
+
+def test_no_client_calls_before_every_client_connected():
+    async def scenario() -> tuple[list[str], list[str]]:
+        line, passed = StartLine(expected=3), []
+
+        async def client(name: str, connect_s: float) -> None:
+            await asyncio.sleep(connect_s)  # opening its session
+            await line.ready()
+            passed.append(name)
+
+        clients = [asyncio.create_task(client(n, s)) for n, s in (("a", 0.0), ("b", 0.02), ("c", 0.05))]
+        await line.open_when_ready(timeout_s=5)
+        arrived_first = list(passed)  # nobody went before the line opened
+        await asyncio.gather(*clients)
+        await line.ready()  # a client reconnecting mid-burst goes on at once
+        # a line whose last client never arrives opens after its timeout
+        stuck = StartLine(expected=2)
+        await stuck.open_when_ready(timeout_s=0.05)
+        return arrived_first, passed + (["late"] if stuck.go.is_set() else [])
+
+    arrived_first, passed = asyncio.run(scenario())
+    assert arrived_first == []
+    assert sorted(passed) == ["a", "b", "c", "late"]
