@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime, timezone
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, TextClause, text
 
 log = logging.getLogger(__name__)
 
@@ -31,33 +31,48 @@ ANTI_PATTERN_KEEP = (
 Bump = tuple[str, uuid.UUID, bool]  # (type, id, recent): ``recent`` also makes the memory count as just used
 
 
-def flush_bumps(conn: Connection, counts: Counter[Bump], now: datetime) -> int:
-    """Apply accumulated bumps: one statement per type. Returns rows touched.
+def flush_bumps(conn: Connection, counts: Counter[Bump], now: datetime) -> Counter[Bump]:
+    """Apply accumulated bumps: one statement per type. Returns the bumps left for the next flush.
 
     Every bump adds to ``reference_count``; only a use (search, recall, get) moves ``last_referenced_at``. Being
     shown in a context block does not: recency weighs in the block's own ranking, so a memory shown yesterday
-    would otherwise outrank a better match today only because it was shown (a rich-get-richer loop)."""
-    touched = 0
+    would otherwise outrank a better match today only because it was shown (a rich-get-richer loop).
+
+    A row another transaction holds (a worker consolidating or re-contextualising it) is skipped, never waited
+    for, and its bumps are left for the next flush (a deleted row's are dropped). A flush that waited took its
+    rows in another order than the worker takes them, and the two deadlocked: 44 times in an evening of
+    contract bursts, each broken by PostgreSQL only after deadlock_timeout (1 s) of the worker waiting."""
+    left: Counter[Bump] = Counter()
     for kind, table in TABLES.items():
         mine = [(i, recent, n) for (k, i, recent), n in counts.items() if k == kind]
         if not mine:
             continue
-        touched += conn.execute(
-            text(
-                f"UPDATE {table} t SET reference_count = t.reference_count + b.n, "
-                "last_referenced_at = CASE WHEN b.recent THEN greatest(t.last_referenced_at, :now) "
-                f"ELSE t.last_referenced_at END{ANTI_PATTERN_KEEP if kind == 'rule' else ''} "
-                "FROM (SELECT id, sum(n)::int AS n, bool_or(recent) AS recent FROM unnest(CAST(:ids AS uuid[]), "
-                "CAST(:recent AS boolean[]), CAST(:incs AS int[])) AS u(id, recent, n) GROUP BY id) b WHERE t.id = b.id"
-            ),
-            {
-                "ids": [str(i) for i, _, _ in mine],
-                "recent": [r for _, r, _ in mine],
-                "incs": [n for _, _, n in mine],
-                "now": now,
-            },
-        ).rowcount
-    return touched
+        params = {
+            "ids": [str(i) for i, _, _ in mine],
+            "recent": [r for _, r, _ in mine],
+            "incs": [n for _, _, n in mine],
+            "now": now,
+        }
+        done = set(conn.execute(_bump_statement(kind, table), params).scalars())
+        skipped = {i for i, _, _ in mine if i not in done}
+        if skipped:
+            still_there = set(
+                conn.execute(text(f"SELECT id FROM {table} WHERE id = ANY(:ids)"), {"ids": list(skipped)}).scalars()
+            )
+            left.update({b: n for b, n in counts.items() if b[0] == kind and b[1] in still_there})
+    return left
+
+
+def _bump_statement(kind: str, table: str) -> TextClause:
+    return text(
+        f"WITH b AS (SELECT id, sum(n)::int AS n, bool_or(recent) AS recent FROM unnest(CAST(:ids AS uuid[]), "
+        "CAST(:recent AS boolean[]), CAST(:incs AS int[])) AS u(id, recent, n) GROUP BY id), "
+        f"free AS (SELECT t.id FROM {table} t JOIN b ON b.id = t.id ORDER BY t.id FOR UPDATE OF t SKIP LOCKED) "
+        f"UPDATE {table} t SET reference_count = t.reference_count + b.n, "
+        "last_referenced_at = CASE WHEN b.recent THEN greatest(t.last_referenced_at, :now) "
+        f"ELSE t.last_referenced_at END{ANTI_PATTERN_KEEP if kind == 'rule' else ''} "
+        "FROM b JOIN free ON free.id = b.id WHERE t.id = b.id RETURNING t.id"
+    )
 
 
 class ReferenceBumper:
@@ -78,18 +93,21 @@ class ReferenceBumper:
             self._pending.update((kind, i, recent) for kind, i in items)
 
     def flush(self) -> int:
+        """Write what is pending; returns how many bumps were written (the rest wait for the next flush)."""
         with self._lock:
             batch, self._pending = self._pending, Counter()
         if not batch:
             return 0
         try:
             with self._engine.begin() as conn:
-                return flush_bumps(conn, batch, datetime.now(timezone.utc))
+                left = flush_bumps(conn, batch, datetime.now(timezone.utc))
         except Exception:  # a bump is never worth failing for; keep the counts for the next try
             log.warning("reference bump flush failed", exc_info=True, extra={"pending": len(batch)})
+            left = batch
+        if left:
             with self._lock:
-                self._pending.update(batch)
-            return 0
+                self._pending.update(left)
+        return len(batch) - len(left)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):

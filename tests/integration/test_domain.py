@@ -568,6 +568,40 @@ def test_a_memory_shown_yesterday_does_not_outrank_a_clearly_better_match_today(
     assert hits[0].id == better
 
 
+def test_a_bump_flush_never_waits_for_a_row_a_worker_holds_and_writes_its_bump_at_the_next_flush(engine, embedder):
+    # given two facts, one of them row-locked by another transaction (a worker consolidating it)
+    t = new_tenant(engine)
+    held = fact(engine, embedder, t, "user", "city", "The user lives in Lyon")
+    free = fact(engine, embedder, t, "user", "pet", "The user has a cat called Miso")
+    bumper = ReferenceBumper(engine, interval=3600)
+    bumper.add([("fact", held), ("fact", free)], recent=False)
+    worker = engine.connect()
+    worker.begin()
+    worker.execute(text("SELECT 1 FROM facts WHERE id = :i FOR UPDATE"), {"i": held})
+
+    # when the bumper flushes while the row is held (on a thread: a flush that waited would not come back)
+    written: list[int] = []
+    flushing = threading.Thread(target=lambda: written.append(bumper.flush()))
+    flushing.start()
+    flushing.join(timeout=10)
+    stuck = flushing.is_alive()
+    worker.rollback()
+    worker.close()
+    flushing.join()
+
+    def count(i) -> int:  # noqa: ANN001
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT reference_count FROM facts WHERE id = :i"), {"i": i}).scalar_one()
+
+    # then it came back at once with the free row bumped and the held one left for later
+    assert not stuck and written == [1]
+    assert (count(free), count(held)) == (1, 0)
+    # and the next flush, the row let go, writes the held one's bump (once)
+    assert bumper.flush() == 1 and bumper.flush() == 0
+    assert (count(free), count(held)) == (1, 1)
+    bumper.close()
+
+
 def test_a_read_pools_retrieval_reads_are_one_statement_and_its_other_reads_keep_their_transaction(
     engine, embedder, database_url
 ):
