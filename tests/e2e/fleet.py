@@ -52,9 +52,9 @@ BACKENDS_SQL = text("SELECT count(*) FROM pg_stat_activity WHERE client_addr = C
 
 @dataclass
 class Look:
-    """How a drill's wait for its victim went: when the host was first seen to have applied work, how often it was
-    seen holding a lock, and how many times its link was cut (a cut-off host is cut, looked at, and let back
-    while the lock it was seen holding turns out to be let go in between)."""
+    """How a drill's wait for its victim went, for the failure message: when the host was first seen to have applied
+    work, how often it was seen holding a lock, and how many times its link was cut (a cut-off host's link comes
+    back up when the lock it was seen holding was let go before the cut)."""
 
     applied_at: float | None = None
     sightings: int = 0
