@@ -191,9 +191,10 @@ def test_readers_share_one_pacer_so_their_reads_go_out_evenly_spaced():
 
     times = asyncio.run(slots())
 
-    # then the twenty reads went out one every 20 ms, not ten at a time
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert len(times) == 20 and min(gaps) > 0.015
+    # then they went out one per 20 ms slot, not ten at a time: at most five in the first 100 ms (a pacer never
+    # releases a read early; a busy machine only releases them later)
+    assert len(times) == 20
+    assert sum(t - times[0] < 0.1 for t in times) <= 5
 
 
 def test_no_client_calls_before_every_client_connected():
