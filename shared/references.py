@@ -53,10 +53,10 @@ def flush_bumps(conn: Connection, counts: Counter[Bump], now: datetime) -> Count
             "incs": [n for _, _, n in mine],
             "now": now,
         }
-        done = set(conn.execute(_bump_statement(kind, table), params).scalars())
+        done: set[uuid.UUID] = set(conn.execute(_bump_statement(kind, table), params).scalars())
         skipped = {i for i, _, _ in mine if i not in done}
         if skipped:
-            still_there = set(
+            still_there: set[uuid.UUID] = set(
                 conn.execute(text(f"SELECT id FROM {table} WHERE id = ANY(:ids)"), {"ids": list(skipped)}).scalars()
             )
             left.update({b: n for b, n in counts.items() if b[0] == kind and b[1] in still_there})
