@@ -44,17 +44,17 @@ SELECT l.classid::bigint AS classid, l.objid::bigint AS objid FROM pg_locks l JO
 WHERE l.locktype = 'advisory' AND l.granted AND a.client_addr = CAST(:addr AS inet)
 """)
 APPLIED_SQL = text(
-    "SELECT 1 FROM memory_events WHERE event_type = 'episode.stored' AND actor LIKE :actor AND occurred_at > :since "
-    "LIMIT 1"
+    "SELECT 1 FROM memory_events WHERE event_type = 'episode.stored' AND actor LIKE :actor "
+    "AND tenant_id = ANY(:tenants) LIMIT 1"
 )
 BACKENDS_SQL = text("SELECT count(*) FROM pg_stat_activity WHERE client_addr = CAST(:addr AS inet)")
 
 
 @dataclass
 class Look:
-    """How a drill's wait for its victim went, for the failure message: when the host was first seen to have applied
-    work, how often it was seen holding a lock, and how many times its link was cut (a cut-off host's link comes
-    back up when the lock it was seen holding was let go before the cut)."""
+    """How a drill's wait for its victim went, for the failure message: when every worker host was first seen to
+    have applied the drill's writes, how often the victim was seen holding a lock, and how many times its link was
+    cut (a cut-off host's link comes back up when the lock it was seen holding was let go before the cut)."""
 
     applied_at: float | None = None
     sightings: int = 0
@@ -98,7 +98,7 @@ class Fleet:
     database_url: str = ""
     redis_url: str = ""
     killed: dict[str, Any] = field(default_factory=dict)  # what kill_host saw and did
-    started_at: dict[str, datetime] = field(default_factory=dict)  # a worker host's last revive_host
+    drill_tenants: list[str] = field(default_factory=list)  # the running drill's tenants (set by the test)
     _engine: Any = None
     _argv: dict[str, list[str]] = field(default_factory=dict)
 
@@ -312,10 +312,12 @@ class Fleet:
         }
 
     def _wait_holding(self, host: str, look: Look) -> list[tuple[int, int]]:
-        """Once the host has applied work (so the drill shows both hosts served before it) and holds a lock now."""
+        """Once every worker host has applied the drill's writes (so the drill shows both hosts served before it:
+        which host a wake-up reaches is Redis's choice, and one host may take all of the first seconds' work) and
+        the victim holds a lock now."""
         deadline, held = time.monotonic() + MID_WORK_S, []
         while look.applied_at is None and time.monotonic() < deadline:
-            if self.applied_by(host):
+            if all(self.applied_by(h) for h in self.worker_hosts):
                 look.applied_at = time.monotonic()
             else:
                 time.sleep(0.05)
@@ -325,11 +327,12 @@ class Fleet:
         return held
 
     def applied_by(self, host: str) -> bool:
-        """Whether a write applied by ``host``'s worker has committed since it was (re)started: an earlier drill's
-        applies on the same database do not count (they let a drill cut a revived host before it worked)."""
-        since = self.started_at.get(host, datetime.min.replace(tzinfo=timezone.utc))
+        """Whether ``host``'s worker has applied a write of the running drill's tenants."""
         with self.engine.connect() as conn:
-            return conn.execute(APPLIED_SQL, {"actor": f"worker:{host}@%", "since": since}).first() is not None
+            return (
+                conn.execute(APPLIED_SQL, {"actor": f"worker:{host}@%", "tenants": self.drill_tenants}).first()
+                is not None
+            )
 
     def _partition(self, host: str) -> None:
         """Cut the link while the host holds a lock, as PostgreSQL sees it after the cut (a COMMIT may have slipped
@@ -362,7 +365,6 @@ class Fleet:
             self.procs[host].popen.wait(STOP_GRACE_S)
         self.network.link_up(host)
         self.killed = {}
-        self.started_at[host] = datetime.now(timezone.utc)
         self._spawn(host, host, self._argv[host])
         self.wait_ready()
 

@@ -122,6 +122,7 @@ def keys_of_locks(held: list[tuple[int, int]], tenant_ids: list[str]) -> set[tup
 def run_drill(fleet: Fleet, out: Path, drill: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A burst through the front on fresh tenants covering every shard queue, with ``drill`` mid-burst."""
     tenant_ids = covering_tenants()
+    fleet.drill_tenants = tenant_ids
     config = BurstConfig(tokens=make_tokens(fleet, tenant_ids), out_dir=out, **drill)
     try:
         return asyncio.run(burst(config, stack=fleet, console=Console(file=io.StringIO()))), tenant_ids
