@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +23,7 @@ from celery.signals import celeryd_init, setup_logging, worker_init, worker_proc
 
 from shared import heap, tracing
 from shared.config import Settings, get_settings
-from shared.logs import configure_logging
+from shared.logs import configure_logging, flush_logs
 from shared.sharding import MAINTENANCE_QUEUE, queue_for
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ SCHEDULE_MODULE = "memory_workers.schedule"
 # A fresh pool process imports torch and loads the embedding model: 5-15 s on 2 cores with 4 workers starting
 # (measured in tests/e2e/test_workers.py). Celery's default (4 s) would kill it as "not up" while it loads.
 PROCESS_UP_TIMEOUT_S = 120.0
+# Logged by a pool process once its model is loaded: the first moment the node can run a task.
+POOL_READY_MSG = "pool process ready"
 # On a cold shutdown, running tasks get this long to finish before they are cancelled (and requeued).
 SOFT_SHUTDOWN_S = 30.0
 
@@ -156,9 +159,12 @@ def _init_process(**_: Any) -> None:
     across fork: an exporter's thread and a pooled connection do not survive it)."""
     from memory_workers.tasks import build_runtime, install_runtime
 
+    started = time.monotonic()
     tracing.setup(current_settings().tracing, role="worker")
     install_runtime(build_runtime(current_settings()))
     heap.settle()  # the model, its libraries and the pools out of the collector's sight (shared.heap)
+    # The node answers pings (and reserves a task) before this: only from here does it apply anything.
+    log.info(POOL_READY_MSG, extra={"pid": os.getpid(), "load_s": round(time.monotonic() - started, 2)})
 
 
 @celeryd_init.connect
@@ -194,8 +200,9 @@ def _init_worker(sender: Any = None, **_: Any) -> None:
 
 @worker_process_shutdown.connect
 def _pool_process_gone(pid: int | None = None, **_: Any) -> None:
-    """A pool process may exit without running atexit handlers: export its buffered spans first."""
+    """A pool process may exit without running atexit handlers: export its buffered spans and logs first."""
     from shared import telemetry
 
     tracing.flush()
+    flush_logs()
     telemetry.process_exited(pid or os.getpid())

@@ -7,6 +7,7 @@ import atexit
 import json
 import logging
 import logging.handlers
+import os
 import queue
 import sys
 import time
@@ -34,7 +35,9 @@ class JsonFormatter(logging.Formatter):
 def configure_logging(level: str = "INFO") -> None:
     """Route the root logger to stderr as JSON lines, written by a background thread (idempotent).
 
-    Request paths only enqueue the record; formatting and the write happen off the hot path.
+    Request paths only enqueue the record; formatting and the write happen off the hot path. A forked child (a
+    Celery pool process) gets a writer thread of its own: threads do not survive fork, and without one its
+    records would pile up, unwritten, in the queue it inherited.
     """
     global _listener
     root = logging.getLogger()
@@ -42,12 +45,35 @@ def configure_logging(level: str = "INFO") -> None:
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
-    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    _listener = logging.handlers.QueueListener(records, handler, respect_handler_level=False)
-    _listener.start()
-    atexit.register(_listener.stop)
-    root.handlers[:] = [logging.handlers.QueueHandler(records)]
+    root.handlers[:] = [_start_writer(handler)]
     root.setLevel(level)
+    atexit.register(flush_logs)
+
+
+def _start_writer(*handlers: logging.Handler) -> logging.handlers.QueueHandler:
+    global _listener
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    _listener = logging.handlers.QueueListener(records, *handlers, respect_handler_level=False)
+    _listener.start()
+    return logging.handlers.QueueHandler(records)
+
+
+def _writer_after_fork() -> None:
+    if _listener is None:
+        return
+    root = logging.getLogger()
+    root.handlers[:] = [
+        _start_writer(*_listener.handlers) if isinstance(h, logging.handlers.QueueHandler) else h for h in root.handlers
+    ]
+
+
+def flush_logs() -> None:
+    """Write every record logged so far and stop the writer (at exit; a process may leave without atexit)."""
+    if _listener is not None and _listener._thread is not None:  # noqa: SLF001 - stop() is not idempotent
+        _listener.stop()
+
+
+os.register_at_fork(after_in_child=_writer_after_fork)
 
 
 class _Terminal(logging.Formatter):

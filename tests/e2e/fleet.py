@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
+from memory_workers.app import POOL_READY_MSG
 from shared import db
 from shared.sharding import MAINTENANCE_QUEUE, shard_queues
 from tests.e2e.netns import Network
@@ -35,6 +36,8 @@ from tests.e2e.services import Postgres, free_port, wait_gone
 FRONT_PORT = 8150
 READY_S = 150  # the front and the workers load the embedding model: slow on a busy 2-core machine
 STOP_GRACE_S = 10
+# Log lines worth showing from anywhere in a part's log when a test fails.
+PROBLEM_MARKS = ('"level": "warning"', '"level": "error"', '"level": "critical"', POOL_READY_MSG, "Traceback")
 MID_WORK_S = 15  # how long kill_host waits for the victim to hold a key's lock
 WORKER_APP = "memory_workers.app:app"
 
@@ -43,27 +46,29 @@ HELD_LOCKS_SQL = text("""
 SELECT l.classid::bigint AS classid, l.objid::bigint AS objid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND a.client_addr = CAST(:addr AS inet)
 """)
-APPLIED_SQL = text(
-    "SELECT 1 FROM memory_events WHERE event_type = 'episode.stored' AND actor LIKE :actor "
-    "AND tenant_id = ANY(:tenants) LIMIT 1"
-)
+# Work a worker host did for the given tenants: an episode applied or a consolidation run. Which of the two a host
+# gets is Redis's choice: two idle hosts popping apply and consolidate wake-ups in turn can each settle into one.
+WORKED_SQL = text("""
+SELECT 1 FROM memory_events WHERE event_type = 'episode.stored' AND actor LIKE :actor AND tenant_id = ANY(:tenants)
+UNION ALL SELECT 1 FROM consolidation_runs WHERE worker LIKE :actor AND tenant_id = ANY(:tenants) LIMIT 1
+""")
 BACKENDS_SQL = text("SELECT count(*) FROM pg_stat_activity WHERE client_addr = CAST(:addr AS inet)")
 
 
 @dataclass
 class Look:
     """How a drill's wait for its victim went, for the failure message: when every worker host was first seen to
-    have applied the drill's writes, how often the victim was seen holding a lock, and how many times its link was
-    cut (a cut-off host's link comes back up when the lock it was seen holding was let go before the cut)."""
+    have worked for the drill, how often the victim was seen holding a lock, and how many times its link was cut
+    (a cut-off host's link comes back up when the lock it was seen holding was let go before the cut)."""
 
-    applied_at: float | None = None
+    worked_at: float | None = None
     sightings: int = 0
     cuts: int = 0
 
     def summary(self, started: float) -> dict[str, Any]:
-        applied = None if self.applied_at is None else round(self.applied_at - started, 3)
+        worked = None if self.worked_at is None else round(self.worked_at - started, 3)
         return {
-            "applied_after_s": applied,
+            "worked_after_s": worked,
             "sightings": self.sightings,
             "cuts": self.cuts,
             "took_s": round(time.monotonic() - started, 3),
@@ -81,6 +86,7 @@ class Proc:
     name: str
     host: str | None  # the namespace's host name; None: the machine's own namespace
     popen: subprocess.Popen
+    log_offset: int = 0  # the log's size when this process started: what it wrote comes after
 
 
 @dataclass
@@ -200,6 +206,7 @@ class Fleet:
 
     def _popen(self, name: str, host: str | None, cmd: list[str], env: dict[str, str]) -> None:
         log = open(self.work_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        offset = log.tell()
         popen = subprocess.Popen(
             cmd,
             env=env,
@@ -210,14 +217,15 @@ class Fleet:
             start_new_session=True,
         )
         log.close()
-        self.procs[name] = Proc(name, host, popen)
+        self.procs[name] = Proc(name, host, popen, offset)
 
     @property
     def url(self) -> str:
         return f"http://{self.network.addresses['front']}:{FRONT_PORT}/mcp"
 
     def wait_ready(self) -> None:
-        """Until the front answers /healthz and every worker host answers a Celery ping (their model loaded)."""
+        """Until the front answers /healthz and every worker host runs tasks: it answers a Celery ping, and its pool
+        process has loaded the model (a node answers pings, and reserves a task, while its pool process loads)."""
         from celery import Celery
 
         health = self.url.rsplit("/mcp", 1)[0] + "/healthz"
@@ -229,12 +237,22 @@ class Fleet:
                 if dead:
                     raise RuntimeError(f"fleet parts exited while starting: {dead}\n{self.logs()}")
                 with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(health, timeout=2).status_code == 200 and self._hosts_answering(control):
+                    if (
+                        httpx.get(health, timeout=2).status_code == 200
+                        and all(map(self._pool_ready, self.worker_hosts))
+                        and self._hosts_answering(control)
+                    ):
                         return
                 time.sleep(0.25)
             raise RuntimeError(f"the fleet was not ready within {READY_S}s\n{self.logs()}")
         finally:
             control.close()
+
+    def _pool_ready(self, host: str) -> bool:
+        proc = self.procs[host]
+        with open(self.work_dir / "logs" / f"{proc.name}.log", "rb") as log:
+            log.seek(proc.log_offset)
+            return f'"msg": "{POOL_READY_MSG}"'.encode() in log.read()
 
     def _hosts_answering(self, control: Any) -> bool:
         replies = control.control.ping(timeout=1.0) or []
@@ -312,25 +330,25 @@ class Fleet:
         }
 
     def _wait_holding(self, host: str, look: Look) -> list[tuple[int, int]]:
-        """Once every worker host has applied the drill's writes (so the drill shows both hosts served before it:
-        which host a wake-up reaches is Redis's choice, and one host may take all of the first seconds' work) and
-        the victim holds a lock now."""
+        """Once every worker host has worked for the drill (so the drill shows both hosts served before it: which
+        host a wake-up reaches is Redis's choice, and one host may take all of the first seconds' work) and the
+        victim holds a lock now."""
         deadline, held = time.monotonic() + MID_WORK_S, []
-        while look.applied_at is None and time.monotonic() < deadline:
-            if all(self.applied_by(h) for h in self.worker_hosts):
-                look.applied_at = time.monotonic()
+        while look.worked_at is None and time.monotonic() < deadline:
+            if all(self.worked_for_drill(h) for h in self.worker_hosts):
+                look.worked_at = time.monotonic()
             else:
                 time.sleep(0.05)
-        while look.applied_at is not None and time.monotonic() < deadline and not held:
+        while look.worked_at is not None and time.monotonic() < deadline and not held:
             held = self.held_locks(host)
         look.sightings += bool(held)
         return held
 
-    def applied_by(self, host: str) -> bool:
-        """Whether ``host``'s worker has applied a write of the running drill's tenants."""
+    def worked_for_drill(self, host: str) -> bool:
+        """Whether ``host``'s worker has applied or consolidated an episode of the running drill's tenants."""
         with self.engine.connect() as conn:
             return (
-                conn.execute(APPLIED_SQL, {"actor": f"worker:{host}@%", "tenants": self.drill_tenants}).first()
+                conn.execute(WORKED_SQL, {"actor": f"worker:{host}@%", "tenants": self.drill_tenants}).first()
                 is not None
             )
 
@@ -370,11 +388,14 @@ class Fleet:
 
     # --- stop -----------------------------------------------------------------------------------------
 
-    def logs(self, tail: int = 3000) -> str:
-        return "\n".join(
-            f"--- {p.name}\n" + p.read_text(errors="replace")[-tail:]
-            for p in sorted((self.work_dir / "logs").glob("*.log"))
-        )
+    def logs(self, tail: int = 3000, problems: int = 20) -> str:
+        """Each part's log: its last ``problems`` warnings and errors and lifecycle lines, then its tail."""
+        out = []
+        for path in sorted((self.work_dir / "logs").glob("*.log")):
+            lines = path.read_text(errors="replace").splitlines()
+            marked = [ln for ln in lines if any(m in ln for m in PROBLEM_MARKS)][-problems:]
+            out.append(f"--- {path.name}\n" + "\n".join(marked) + "\n[…]\n" + "\n".join(lines)[-tail:])
+        return "\n".join(out)
 
     def stop(self) -> None:
         """Every process this fleet started, the namespaces and bridge, PostgreSQL, Redis and the data dir."""

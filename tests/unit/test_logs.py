@@ -1,0 +1,38 @@
+"""Structured logs (shared.logs): JSON lines written off the caller's thread, in forked children too."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+FORKING_PROGRAM = textwrap.dedent("""
+    import logging, os
+    from shared.logs import configure_logging, flush_logs
+
+    configure_logging()
+    logging.getLogger("parent").info("before the fork")
+    pid = os.fork()
+    if pid == 0:  # like a Celery pool process: forked from a process whose writer thread is running
+        logging.getLogger("child").info("from the child", extra={"pid": os.getpid()})
+        flush_logs()  # what the worker's pool-process shutdown hook does before os._exit
+        os._exit(0)
+    os.waitpid(pid, 0)
+    logging.getLogger("parent").info("after the fork")
+""")
+
+
+def test_a_forked_child_writes_its_records_as_json_lines():
+    # given a process with structured logging configured, which forks a child that logs
+    done = subprocess.run([sys.executable, "-c", FORKING_PROGRAM], capture_output=True, text=True, timeout=60)
+
+    # then both processes' records reach stderr, one JSON object per line (the child's through a writer of its own)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [(r["logger"], r["msg"]) for r in lines] == [
+        ("parent", "before the fork"),
+        ("child", "from the child"),
+        ("parent", "after the fork"),
+    ]
+    assert isinstance(lines[1]["pid"], int) and lines[1]["level"] == "info"
