@@ -23,7 +23,8 @@ from shared.models import write_intents
 
 
 class ConcurrentReplay(Exception):
-    """Another request inserted the same idempotency key meanwhile; retry the whole accept (it will find it)."""
+    """An idempotency key was accepted before (by another request meanwhile, or earlier when the accept did not
+    look the keys up): roll back and accept again, looking the keys up (it will find it)."""
 
 
 @dataclass(frozen=True)
@@ -62,15 +63,20 @@ def accept(
     actor: str,
     request_id: str | None,
     trace_context: dict[str, str] | None = None,
+    look_up_keys: bool = True,
 ) -> list[Accepted]:
     """Record writes durably (in the caller's transaction), in order; replays return their first id.
     ``trace_context`` (the accepting call's W3C context) is stored with each new intent for the worker's trace.
 
     An idempotency key is scoped to its shard key (tenant, butler): two butlers may use the same key. A replay
     whose payload differs from the first write's is refused with IdempotencyConflict (nothing written).
+
+    Without ``look_up_keys`` the keys are not looked up first (one round trip less: most writes are not replays);
+    a write whose key was accepted before then raises ConcurrentReplay, and the caller rolls back and accepts
+    again with the look-up.
     """
     hashes = [w.payload_hash or payload_hash(w.kind, w.payload) for w in writes]
-    existing = _existing(conn, tenant_id=tenant_id, writes=writes)
+    existing = _existing(conn, tenant_id=tenant_id, writes=writes) if look_up_keys else {}
     fresh: list[WriteRequest] = []
     first: dict[tuple[str, str], int] = {}  # (butler, key) -> index of its first occurrence in this call
     for i, w in enumerate(writes):

@@ -55,9 +55,10 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
     trace_context = tracing.current_carrier()  # None when tracing is off
 
     def work() -> list[Accepted]:
-        # The second try finds the first writer's row (a replay, or a conflict); a third race is not worth waiting.
+        # The first try assumes no key was used before (one round trip less); the second looks the keys up and finds
+        # an earlier write (a replay, or a conflict); the third, a concurrent writer's. A fourth race is not worth it.
         retrying = Retrying(
-            retry=retry_if_exception_type(intake.ConcurrentReplay), stop=stop_after_attempt(2), reraise=True
+            retry=retry_if_exception_type(intake.ConcurrentReplay), stop=stop_after_attempt(3), reraise=True
         )
         try:
             for attempt in retrying:
@@ -70,6 +71,7 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
                             actor=actor,
                             request_id=call.request_id,
                             trace_context=trace_context,
+                            look_up_keys=attempt.retry_state.attempt_number > 1,
                         )
                     call.wrote(a.id for a in accepted)  # memory_get of these ids reads where the intents are
                     return accepted

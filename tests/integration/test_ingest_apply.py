@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 import json
 import logging
@@ -169,6 +171,28 @@ def test_an_accept_is_one_statement_per_butler_numbered_in_order(engine):
         ("general", 3, "four", True),
         ("health", 1, "two", True),
     ]
+
+
+def test_an_accept_that_skips_the_key_look_up_refuses_a_replay_and_the_retry_with_it_finds_the_first(engine):
+    """The front's first try does not look keys up (most writes are not replays): a replay there raises
+    ConcurrentReplay, the rollback leaves the key's numbering gap-free, and the try with the look-up returns the
+    first write's id."""
+    tenant_id = new_tenant(engine)
+    keyed = [dataclasses.replace(episode("one"), idempotency_key="k1")]
+    with unit_of_work(engine) as conn:  # a fresh key: one statement, no look-up
+        (first,) = intake.accept(
+            conn, tenant_id=tenant_id, writes=keyed, actor="t", request_id=None, look_up_keys=False
+        )
+
+    with pytest.raises(intake.ConcurrentReplay), unit_of_work(engine) as conn:
+        intake.accept(conn, tenant_id=tenant_id, writes=keyed, actor="t", request_id=None, look_up_keys=False)
+    (replayed,) = accept(engine, tenant_id, keyed)
+    (after,) = accept(engine, tenant_id, [episode("two")])
+
+    assert (first.seq, first.replayed) == (1, False)
+    assert (replayed.id, replayed.seq, replayed.replayed) == (first.id, 1, True)
+    assert after.seq == 2  # the refused try's number was rolled back with it
+    assert rows(engine, "SELECT count(*) FROM write_intents WHERE tenant_id = :t", t=tenant_id)[0][0] == 2
 
 
 def test_redelivering_the_task_changes_nothing(settings, engine, model):
