@@ -3,10 +3,12 @@
     python tests/bench/bench_mcp.py [--facts 100000] [--rules 20000] [--tenants 100] [--clients 20] [--seconds 30]
 
 Loads the corpus (tests/bench/corpus.py), starts `memory-butler serve` on a free port against it, then:
-- raw: the candidate SQL alone (semantic + keyword, facts and rules) for the same questions, in-process;
+- raw: the candidate SQL alone (semantic + keyword, facts and rules) for the same questions, in-process; and the
+  CPU time of one keyed accept's database work (shared.intake), the front's first try against the key look-up;
 - reads: C concurrent MCP clients (one session each, one tenant token each) calling memory_context, then
   memory_search, back to back for S seconds each;
-- accepts: C clients calling memory_store_episode, then memory_ingest_batch (50 episodes per call);
+- accepts: C clients calling memory_store_episode, then memory_ingest_batch (50 episodes per call); each
+  episode with an idempotency key, as a butler that retries safely sends it (and as `loadtest burst` does);
 - front CPU per call: one client calling each tool back to back for S/3 seconds, the front process's CPU time
   (every thread: HTTP, MCP, embedding, driver) divided by the calls - what a call costs the front's cores; and
   beside it the same for a no-op tool on the same SDK and transport (tests/bench/noop_front.py): the floor.
@@ -41,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from memory_api.loadtest.client import call_tool, open_session  # noqa: E402
 from shared.candidates import Filter  # noqa: E402
-from shared import candidates, heap  # noqa: E402
+from shared import candidates, heap, intake  # noqa: E402
+from shared.db import unit_of_work  # noqa: E402
 from shared.embedding import get_embedder, to_pgvector  # noqa: E402
 from shared.tenancy import create_token  # noqa: E402
 from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line  # noqa: E402
@@ -113,6 +116,23 @@ def raw_queries(engine, tenants: list[str], qs: list[str], n: int = 200) -> list
     return out
 
 
+def raw_accepts(engine, tenant: str, n: int = 600) -> dict[bool, list[float]]:  # noqa: ANN001
+    """CPU time (this process: SQLAlchemy, the driver) per accept of one keyed episode, in-process, alternating
+    the front's first try (no key look-up) with the look-up path (a retry's, and every accept before this
+    session), so both see the same machine."""
+    out: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(n):
+        look_up = bool(i % 2)
+        write = intake.WriteRequest(
+            "episode", "health", {"content": f"raw accept {i}", "butler": "health"}, uuid.uuid4().hex
+        )
+        t0 = time.process_time()
+        with unit_of_work(engine) as conn:
+            intake.accept(conn, tenant_id=tenant, writes=[write], actor="health", request_id=None, look_up_keys=look_up)
+        out[look_up].append(time.process_time() - t0)
+    return out
+
+
 async def read_loop(url: str, token: str, tool: str, qs: list[str], seconds: float, out: list[float]) -> None:
     rng = random.Random(token)
     async with open_session(url, token, timeout_s=30) as session:
@@ -133,7 +153,8 @@ async def accept_loop(url: str, token: str, batch: int, calls: int, out: list[fl
                 episodes = [{"content": f"{text} part {j}", "butler": "health"} for j in range(batch)]
                 await call_tool(session, "memory_ingest_batch", {"episodes": episodes}, timeout_s=30)
             else:
-                await call_tool(session, "memory_store_episode", {"content": text, "butler": "health"}, timeout_s=30)
+                episode = {"content": text, "butler": "health", "idempotency_key": uuid.uuid4().hex}
+                await call_tool(session, "memory_store_episode", episode, timeout_s=30)
             out.append(time.perf_counter() - t0)
 
 
@@ -145,7 +166,7 @@ def _args(tool: str, q: str) -> dict:
         return {"trigger_prompt": q, "butler": "health", "token_budget": 3000}
     if tool == "memory_search":
         return {"query": q, "limit": 20}
-    return {"content": f"{q} ({uuid.uuid4().hex[:8]})", "butler": "health"}
+    return {"content": f"{q} ({uuid.uuid4().hex[:8]})", "butler": "health", "idempotency_key": uuid.uuid4().hex}
 
 
 async def cpu_per_call(url: str, token: str, front: psutil.Process, qs: list[str], seconds: float) -> dict[str, float]:
@@ -230,6 +251,7 @@ def main() -> int:
                 for t in tenants[: args.clients]
             ]
         raw = raw_queries(engine, tenants, qs)
+        raw_accept = raw_accepts(engine, tenants[0])
         port = free_port()
         front = start_front(engine.url.render_as_string(hide_password=False), args.redis_url, port, args.front_workers)
         url = f"http://127.0.0.1:{port}/mcp"
@@ -256,6 +278,9 @@ def main() -> int:
     )
     print(f"{'what':<44}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'rate/s':>9}")
     print(f"{'raw candidate SQL (gather, in-process)':<44}{pct(raw, 50):>9.1f}{pct(raw, 95):>9.1f}{pct(raw, 99):>9.1f}")
+    for look_up, label in ((False, "first try"), (True, "key look-up")):
+        values = raw_accept[look_up]
+        print(f"{'raw accept CPU, ' + label + ' (in-process)':<44}{pct(values, 50):>9.2f}{pct(values, 95):>9.2f}")
     for tool, values in results.items():
         print(
             f"{tool + ' via MCP':<44}{pct(values, 50):>9.1f}{pct(values, 95):>9.1f}{pct(values, 99):>9.1f}"
