@@ -8,6 +8,7 @@ Redis is down instead of making a caller wait.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -36,6 +37,15 @@ MAX_BACKOFF_S = 30.0
 # A busy key is woken again this long after PostgreSQL would have ended a dead lock holder's session.
 BUSY_RECHECK_MARGIN_S = 5.0
 RECHECK_PREFIX = "memory-butler:recheck:"
+# A key's apply wake-up that the front sent and no worker has taken yet: while it waits, the front sends no other.
+# A worker that takes one deletes the marker before it claims the key's intents, so its run applies every write
+# committed before the delete, and a write committed after it sends a wake-up of its own. Without this, a key
+# written while its worker was away queued a wake-up per write (13,500 of one key after a stopped worker, which
+# then held every other key of that shard queue back). The TTL bounds how long a marker whose wake-up was lost (a
+# worker killed after it reserved the message, before it ran it) keeps the key's writes from waking it; a key that
+# waits longer than that gets one more wake-up per TTL; the sweeps re-send the wake-ups of whatever still waits.
+WOKEN_PREFIX = "memory-butler:woken:"
+WOKEN_TTL_S = 15
 
 
 # kombu's Redis transport keeps a queue's prioritised messages in sibling lists: name + "\x06\x16" + priority.
@@ -47,6 +57,29 @@ def _redis(settings: Settings) -> redis.Redis:
     return redis.Redis.from_url(
         redis_url(settings), socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
     )
+
+
+def _kept_redis(settings: Settings) -> redis.Redis:
+    """This process's kept client of the broker's Redis (thread-safe; never crosses a fork)."""
+    key = (os.getpid(), redis_url(settings))
+    with _kept_lock:
+        client = _kept_clients.get(key)
+        if client is None:
+            client = _kept_clients[key] = _redis(settings)
+        return client
+
+
+def woken_marker(tenant_id: str, butler: str) -> str:
+    return f"{WOKEN_PREFIX}{tenant_id}:{butler}"
+
+
+def apply_wakeup_taken(tenant_id: str, butler: str, *, settings: Settings | None = None) -> None:
+    """A worker took the key's apply wake-up (call it before claiming the key's intents): the next write sends
+    another. Raises Unavailable; the marker then expires on its own."""
+    try:
+        _kept_redis(settings or current_settings()).delete(woken_marker(tenant_id, butler))
+    except (redis.RedisError, OSError) as exc:
+        raise Unavailable(f"broker unavailable, wake-up marker of {tenant_id}/{butler} not cleared: {exc}") from exc
 
 
 def queue_depths(settings: Settings) -> dict[str, int]:
@@ -138,6 +171,7 @@ class KeptConnection:
 
 
 _kept: dict[tuple[int, str], KeptConnection] = {}
+_kept_clients: dict[tuple[int, str], redis.Redis] = {}
 _kept_lock = threading.Lock()
 
 
@@ -202,8 +236,9 @@ class Publisher:
     """Publishes wake-ups from a background thread so the accept path never waits on Redis.
 
     Wake-ups for one (task, key) coalesce while they wait: a burst of 500 writes to one key sends one or two
-    messages. When Redis fails, the round's remaining wake-ups are dropped and logged, and the thread backs
-    off; the redelivery sweep re-sends what was lost.
+    messages. An apply wake-up is not sent either while one sent before waits in its queue, from any front (a
+    marker per key, WOKEN_PREFIX). When Redis fails, the round's remaining wake-ups are dropped and logged, and
+    the thread backs off; the redelivery sweep re-sends what was lost.
     """
 
     def __init__(self, settings: Settings | None = None, *, max_pending: int = MAX_PENDING) -> None:
@@ -274,6 +309,10 @@ class Publisher:
         self._kept.drop()
 
     def _publish_round(self, batch: list[tuple[tuple[str, str, str], dict[str, str] | None]]) -> None:
+        waiting = self._still_waiting([item for item, _ in batch])
+        if waiting:
+            self._count("coalesced", len(waiting))
+            batch = [(item, context) for item, context in batch if item not in waiting]
         for done, (item, trace_context) in enumerate(batch):
             try:
                 with tracing.attached(trace_context):  # the publish span joins the accepting call's trace
@@ -281,6 +320,7 @@ class Publisher:
             except Unavailable as exc:
                 lost = len(batch) - done
                 self._count("failed", lost)
+                self._unmark([item for item, _ in batch[done:]])
                 self._backoff = min(max(self._backoff * 2, 0.5), MAX_BACKOFF_S)
                 log.warning(
                     "wake-ups not published; the redelivery sweep will re-send them",
@@ -289,6 +329,29 @@ class Publisher:
                 return
             self._count("published")
             self._backoff = 0.0
+
+    def _still_waiting(self, items: list[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+        """The apply wake-ups among ``items`` whose key has one waiting already; marks the others' (one round trip).
+        If Redis fails here, the publish fails too and reports it: all are sent."""
+        applies = [item for item in items if item[0] == APPLY_TASK]
+        if not applies:
+            return set()
+        try:
+            with _kept_redis(self._settings).pipeline(transaction=False) as pipe:
+                for _, tenant_id, butler in applies:
+                    pipe.set(woken_marker(tenant_id, butler), 1, nx=True, ex=WOKEN_TTL_S)
+                marked = pipe.execute()
+        except (redis.RedisError, OSError):
+            return set()
+        return {item for item, fresh in zip(applies, marked, strict=True) if not fresh}
+
+    def _unmark(self, items: list[tuple[str, str, str]]) -> None:
+        """Best effort: the markers of apply wake-ups that were not sent (else the key's next writes send none
+        until the markers expire)."""
+        keys = [woken_marker(tenant_id, butler) for task, tenant_id, butler in items if task == APPLY_TASK]
+        with contextlib.suppress(redis.RedisError, OSError):
+            if keys:
+                _kept_redis(self._settings).delete(*keys)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters for /metrics and tests."""

@@ -25,7 +25,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Connection, RowMapping, text
 
 from memory_workers.app import APPLY_TASK, app
-from memory_workers.enqueue import recheck_busy, wake_apply, wake_consolidate
+from memory_workers.enqueue import apply_wakeup_taken, recheck_busy, wake_apply, wake_consolidate
 from memory_workers.tasks import KeyRunSummary, Runtime, runtime, worker_name
 from shared import conversation, intake, telemetry, tracing, writes
 from shared import repository as repo
@@ -56,6 +56,12 @@ def apply_writes(self: Any, tenant_id: str, butler: str) -> dict[str, Any]:
     """Apply the key's pending write intents, then wake consolidation if episodes were stored."""
     rt = runtime()
     actor = Actor(worker_name(self.request.hostname))
+    try:  # before the claim: a write committed from here on sends a wake-up of its own
+        apply_wakeup_taken(tenant_id, butler, settings=rt.settings)
+    except Unavailable as exc:  # the marker expires on its own (WOKEN_TTL_S); until then the sweeps wake the key
+        log.warning(
+            "wake-up marker not cleared", extra={"tenant_id": tenant_id, "butler": butler, "error": exc.message}
+        )
     summary = apply_pending(rt, tenant_id=tenant_id, butler=butler, actor=actor)
     log.info("writes applied", extra={"tenant_id": tenant_id, "butler": butler, **summary.as_dict()})
     if summary.counts["episode"] and rt.settings.consolidation.after_apply:

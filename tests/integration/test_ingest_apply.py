@@ -20,7 +20,16 @@ from sqlalchemy import event, text
 
 from memory_workers import app as worker_app
 from memory_workers.app import CONSOLIDATE_TASK
-from memory_workers.enqueue import BUSY_RECHECK_MARGIN_S, RECHECK_PREFIX, Publisher, recheck_busy, wake_apply
+from memory_workers.enqueue import (
+    BUSY_RECHECK_MARGIN_S,
+    RECHECK_PREFIX,
+    WOKEN_TTL_S,
+    Publisher,
+    apply_wakeup_taken,
+    recheck_busy,
+    wake_apply,
+    woken_marker,
+)
 from memory_workers.extractors import HeuristicExtractor
 from memory_workers.tasks import Runtime, install_runtime
 from memory_workers.tasks.ingest import apply_pending
@@ -528,6 +537,34 @@ def test_the_publisher_coalesces_a_burst_into_a_few_messages_on_the_right_queues
         client.delete(q)
     assert 2 <= len(mine) <= 20 and publisher.snapshot()["published"] == len(mine)
     assert {m["headers"]["task"] for m in mine} == {"memory.apply_writes"}
+
+
+def test_a_key_gets_one_apply_wake_up_while_one_waits_and_another_once_a_worker_took_it(settings, redis_url):
+    # given no worker consuming, and a front (its Publisher) accepting write after write for one key
+    client = redis_lib.Redis.from_url(redis_url)
+    t = f"t-{uuid.uuid4().hex[:12]}"
+    queue = queue_for(t, "general", settings.workers.shard_count)
+
+    def sent() -> int:
+        return sum(t in json.loads(m)["headers"]["kwargsrepr"] for m in client.lrange(queue, 0, -1))
+
+    publisher = Publisher(settings)
+    try:
+        for _ in range(30):  # flushed one by one: the publisher's own coalescing of a round is not what is tested
+            publisher.wake_apply(t, "general")
+            assert publisher.flush(10)
+        # then one wake-up waits in the queue: the others found it marked as waiting
+        assert sent() == 1 and publisher.snapshot()["coalesced"] >= 29
+        assert 0 < client.ttl(woken_marker(t, "general")) <= WOKEN_TTL_S
+        # when a worker takes it (clearing the marker before it claims the key's intents)
+        apply_wakeup_taken(t, "general", settings=settings)
+        # then the key's next write wakes it again
+        publisher.wake_apply(t, "general")
+        assert publisher.flush(10)
+        assert sent() == 2
+    finally:
+        publisher.close()
+        client.delete(queue, woken_marker(t, "general"))
 
 
 def test_a_kept_broker_connection_survives_a_killed_client_and_a_flushed_binding(settings, redis_url):
