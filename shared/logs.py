@@ -59,11 +59,13 @@ def _start_writer(*handlers: logging.Handler) -> logging.handlers.QueueHandler:
 
 
 def _writer_after_fork() -> None:
-    if _listener is None:
+    """In a forked child: our queue handler replaced by one whose writer thread runs here."""
+    inherited = _listener
+    if inherited is None:
         return
     root = logging.getLogger()
     root.handlers[:] = [
-        _start_writer(*_listener.handlers) if isinstance(h, logging.handlers.QueueHandler) else h for h in root.handlers
+        _start_writer(*inherited.handlers) if getattr(h, "queue", None) is inherited.queue else h for h in root.handlers
     ]
 
 
