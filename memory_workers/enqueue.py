@@ -52,20 +52,16 @@ WOKEN_TTL_S = 15
 PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 
 
-def _redis(settings: Settings) -> redis.Redis:
-    """A client of the broker's Redis that gives up within the timeouts above (the caller closes it)."""
-    return redis.Redis.from_url(
-        redis_url(settings), socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
-    )
-
-
 def _kept_redis(settings: Settings) -> redis.Redis:
-    """This process's kept client of the broker's Redis (thread-safe; never crosses a fork)."""
+    """This process's kept client of the broker's Redis, which gives up within the timeouts above (thread-safe; a
+    dropped connection is replaced on the next command; never crosses a fork)."""
     key = (os.getpid(), redis_url(settings))
     with _kept_lock:
         client = _kept_clients.get(key)
         if client is None:
-            client = _kept_clients[key] = _redis(settings)
+            client = _kept_clients[key] = redis.Redis.from_url(
+                redis_url(settings), socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
+            )
         return client
 
 
@@ -85,17 +81,14 @@ def apply_wakeup_taken(tenant_id: str, butler: str, *, settings: Settings | None
 def queue_depths(settings: Settings) -> dict[str, int]:
     """Messages waiting in each shard queue and the maintenance queue (LLEN; one round trip), or Unavailable."""
     queues = [*shard_queues(settings.workers.shard_count), MAINTENANCE_QUEUE]
-    client = _redis(settings)
     try:
-        with client.pipeline(transaction=False) as pipe:
+        with _kept_redis(settings).pipeline(transaction=False) as pipe:
             for queue in queues:
                 for suffix in PRIORITY_SUFFIXES:
                     pipe.llen(queue + suffix)
             lengths = pipe.execute()
     except (redis.RedisError, OSError) as exc:
         raise Unavailable(f"broker unavailable: {exc}") from exc
-    finally:
-        client.close()
     n = len(PRIORITY_SUFFIXES)
     return {queue: sum(lengths[i * n : (i + 1) * n]) for i, queue in enumerate(queues)}
 
@@ -220,14 +213,11 @@ def recheck_busy(tenant_id: str, butler: str, *, task_name: str, settings: Setti
     settings = settings or current_settings()
     delay = settings.dead_client_timeout_seconds + BUSY_RECHECK_MARGIN_S
     marker = f"{RECHECK_PREFIX}{task_name}:{tenant_id}:{butler}"
-    client = _redis(settings)
     try:
-        if not client.set(marker, 1, nx=True, ex=int(delay)):
+        if not _kept_redis(settings).set(marker, 1, nx=True, ex=int(delay)):
             return False
     except (redis.RedisError, OSError) as exc:
         raise Unavailable(f"broker unavailable, {task_name} re-check for {tenant_id}/{butler} not sent: {exc}") from exc
-    finally:
-        client.close()
     publish(task_name, tenant_id, butler, settings=settings, countdown=delay)
     return True
 
