@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import anyio
+from mcp.server._otel import OpenTelemetryMiddleware as SdkTracing
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from sqlalchemy.pool import QueuePool
@@ -64,7 +65,7 @@ Memory Butler is the shared long-term memory of your butler fleet.
 
 def build_server(services: Services) -> MCPServer:
     """The MCP server with every tool; its lifespan opens the process's resources."""
-    return MCPServer(
+    server = MCPServer(
         "memory-butler",
         title="Memory Butler",
         instructions=INSTRUCTIONS,
@@ -72,6 +73,23 @@ def build_server(services: Services) -> MCPServer:
         tools=build_tools(),
         lifespan=services.lifespan,
     )
+    lean_sdk(server)
+    return server
+
+
+def lean_sdk(server: MCPServer) -> None:
+    """Leave out what the SDK does per request that the front does not use (call it after ``tracing.setup``).
+
+    - Its INFO line per stateless request ("Terminating session: None"): noise beside our one line per tool call,
+      and on the SDK's default handler it was half of a no-op call's CPU.
+    - While tracing is off, its OpenTelemetry middleware, which opens a non-recording span for every message (the
+      SDK documents dropping it as the way to opt out). With tracing on it stays: its "tools/call <tool>" span is
+      the parent of ours.
+    """
+    logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
+    if not tracing.enabled():
+        middleware = server._lowlevel_server.middleware  # noqa: SLF001 - the SDK's documented opt-out is this list
+        middleware[:] = [m for m in middleware if not isinstance(m, SdkTracing)]
 
 
 class TokenCache:
@@ -284,8 +302,6 @@ def build_app(settings: Settings, *, database_url: str | None = None, token_ttl:
     services.token_cache = TokenCache(ttl=token_ttl)
     app.add_middleware(BearerAuth, services=services, cache=services.token_cache)
     tracing.instrument_asgi(app)  # outermost: a refused token is traced too
-    # One line per stateless request ("Terminating session: None") is noise next to our one line per tool call.
-    logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
     app.state.services = services
     return app
 

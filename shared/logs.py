@@ -4,6 +4,7 @@ of registered context providers (the active span's ``trace_id``/``span_id`` when
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import logging.handlers
@@ -50,10 +51,32 @@ def configure_logging(level: str = "INFO") -> None:
     atexit.register(flush_logs)
 
 
+WRITE_EVERY_S = 0.05
+
+
+class _Writer(logging.handlers.QueueListener):
+    """Writes what gathered, at most every ``WRITE_EVERY_S``, instead of waking for each record: a busy process
+    pays one thread wake-up per interval rather than one per line (about a tenth of an accept's front CPU). A line
+    reaches stderr at most that much later; ``stop()`` still writes everything logged before it."""
+
+    def _monitor(self) -> None:
+        records = self.queue
+        while True:
+            batch = [records.get()]
+            time.sleep(WRITE_EVERY_S)
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    batch.append(records.get_nowait())
+            for record in batch:
+                if record is self._sentinel:
+                    return
+                self.handle(record)
+
+
 def _start_writer(*handlers: logging.Handler) -> logging.handlers.QueueHandler:
     global _listener
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    _listener = logging.handlers.QueueListener(records, *handlers, respect_handler_level=False)
+    _listener = _Writer(records, *handlers, respect_handler_level=False)
     _listener.start()
     return logging.handlers.QueueHandler(records)
 
@@ -113,7 +136,7 @@ def configure_cli_logging(log_file: Path | None, level: str = "INFO") -> None:
     logging.captureWarnings(True)
 
 
-_listener: logging.handlers.QueueListener | None = None
+_listener: _Writer | None = None
 
 ContextFields = Callable[[], dict[str, Any]]
 _context: list[ContextFields] = []

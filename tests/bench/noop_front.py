@@ -1,5 +1,6 @@
 """The MCP SDK's own cost per call: one no-op tool served as the front serves its tools (stateless streamable
-HTTP, JSON responses, uvicorn with the same event loop and HTTP parser), with /healthz for start-up.
+HTTP, JSON responses, uvicorn with the same event loop and HTTP parser, the SDK trimmed as the front trims it:
+``memory_api.server.lean_sdk``), with /healthz for start-up.
 
     python -m tests.bench.noop_front PORT
 
@@ -15,9 +16,12 @@ from mcp.server.mcpserver import MCPServer
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 
+from memory_api.server import lean_sdk
+
 
 def main() -> None:
     server = MCPServer("noop")
+    lean_sdk(server)
 
     @server.tool()
     async def noop(text: str) -> dict[str, str]:

@@ -36,3 +36,25 @@ def test_a_forked_child_writes_its_records_as_json_lines():
         ("parent", "after the fork"),
     ]
     assert isinstance(lines[1]["pid"], int) and lines[1]["level"] == "info"
+
+
+GATHERING_PROGRAM = textwrap.dedent("""
+    import logging, sys, time
+    from shared.logs import WRITE_EVERY_S, configure_logging
+
+    configure_logging()
+    for i in range(500):  # a burst: the writer gathers it and writes it in a few wake-ups
+        logging.getLogger("burst").info("line", extra={"i": i})
+    time.sleep(10 * WRITE_EVERY_S)  # the process goes on, nothing stops the writer
+    sys.stderr.write("MARK\\n")
+    sys.stderr.flush()
+""")
+
+
+def test_lines_are_written_in_order_while_the_process_runs_not_only_at_exit():
+    done = subprocess.run([sys.executable, "-c", GATHERING_PROGRAM], capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    written, _, after = done.stderr.partition("MARK\n")
+    assert [json.loads(line)["i"] for line in written.splitlines()] == list(range(500))
+    assert after == ""

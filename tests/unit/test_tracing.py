@@ -211,3 +211,20 @@ def test_with_an_otlp_endpoint_spans_are_posted_to_the_collector_as_otlp_protobu
     request = ExportTraceServiceRequest.FromString(body)
     names = [s.name for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
     assert "memory.apply_batch" in names
+
+
+def test_the_sdk_opens_a_span_per_message_only_while_tracing_is_on(spans):
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    from memory_api.server import build_server
+    from memory_api.tools.services import Services
+
+    def sdk_spans(server) -> bool:  # noqa: ANN001
+        return any(isinstance(m, OpenTelemetryMiddleware) for m in server._lowlevel_server.middleware)
+
+    services = Services(settings=load_settings(), database_url="postgresql://unused")
+    # with tracing on, the SDK's "tools/call <tool>" span stays (the parent of ours)
+    assert sdk_spans(build_server(services))
+    # with it off, the non-recording span per message is left out
+    tracing.shutdown()
+    assert not sdk_spans(build_server(services))
