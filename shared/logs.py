@@ -52,6 +52,7 @@ def configure_logging(level: str = "INFO") -> None:
 
 
 WRITE_EVERY_S = 0.05
+_STOP = object()
 
 
 class _Writer(logging.handlers.QueueListener):
@@ -59,24 +60,30 @@ class _Writer(logging.handlers.QueueListener):
     pays one thread wake-up per interval rather than one per line (about a tenth of an accept's front CPU). A line
     reaches stderr at most that much later; ``stop()`` still writes everything logged before it."""
 
+    def __init__(self, records: queue.SimpleQueue[Any], *handlers: logging.Handler) -> None:
+        super().__init__(records, *handlers, respect_handler_level=False)
+        self._records = records
+
+    def enqueue_sentinel(self) -> None:
+        self._records.put(_STOP)
+
     def _monitor(self) -> None:
-        records = self.queue
         while True:
-            batch = [records.get()]
+            batch = [self._records.get()]
             time.sleep(WRITE_EVERY_S)
             with contextlib.suppress(queue.Empty):
                 while True:
-                    batch.append(records.get_nowait())
+                    batch.append(self._records.get_nowait())
             for record in batch:
-                if record is self._sentinel:
+                if record is _STOP:
                     return
                 self.handle(record)
 
 
 def _start_writer(*handlers: logging.Handler) -> logging.handlers.QueueHandler:
     global _listener
-    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    _listener = _Writer(records, *handlers, respect_handler_level=False)
+    records: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    _listener = _Writer(records, *handlers)
     _listener.start()
     return logging.handlers.QueueHandler(records)
 
