@@ -182,7 +182,7 @@ def test_mcp_benchmark_runs_small(empty_database_url):
     p50, p95, p99 = _figures(out, "raw candidate SQL")
     assert 0 < p50 <= p95 <= p99, out
     for label in ("raw accept CPU, first try", "raw accept CPU, key look-up"):
-        p50, p95 = (float(v) for v in re.search(re.escape(label) + r" \(in-process\)\s+(\S+)\s+(\S+)", out).groups())
+        p50, p95 = _figures(out, label)
         assert 0 < p50 <= p95, (label, out)
     for label in (
         "memory_context via MCP",
