@@ -161,9 +161,17 @@ def engine_for(url: str, *, dead_client_timeout_s: float = DEAD_CLIENT_TIMEOUT_S
 
 
 @contextlib.contextmanager
-def unit_of_work(engine: Engine) -> Iterator[Connection]:
-    """One transaction: commits if the block returns, rolls back if it raises."""
-    with engine.begin() as conn:
+def unit_of_work(engine: Engine, *, one_statement: bool = False) -> Iterator[Connection]:
+    """One transaction: commits if the block returns, rolls back if it raises.
+
+    ``one_statement``: the block sends exactly one statement, which is then its own transaction (autocommit): one
+    round trip instead of BEGIN, the statement and COMMIT, and the row locks it takes are held only while the
+    server runs it, not while the client's thread waits to be scheduled to send COMMIT."""
+    if not one_statement:
+        with engine.begin() as conn:
+            yield conn
+        return
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         yield conn
 
 

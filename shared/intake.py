@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, RowMapping, func, select, text, tuple_, update
+from sqlalchemy.exc import IntegrityError
 
 from shared.errors import IdempotencyConflict
 from shared.models import write_intents
@@ -25,6 +26,16 @@ from shared.models import write_intents
 class ConcurrentReplay(Exception):
     """An idempotency key was accepted before (by another request meanwhile, or earlier when the accept did not
     look the keys up): roll back and accept again, looking the keys up (it will find it)."""
+
+
+# The unique index on (tenant_id, butler, idempotency_key): a write whose key was accepted before breaks it.
+_KEY_INDEX = "uq_write_intents_idempotency"
+
+
+def one_statement(writes: Sequence[WriteRequest], *, look_up_keys: bool) -> bool:
+    """Whether :func:`accept` sends a single statement for ``writes`` (no key look-up, one butler), so the caller
+    may run it as its own transaction (``shared.db.unit_of_work(one_statement=True)``)."""
+    return not look_up_keys and len({w.butler for w in writes}) == 1
 
 
 @dataclass(frozen=True)
@@ -149,9 +160,9 @@ def _conflict(index: int, writes: Sequence[WriteRequest], used_by: str) -> Idemp
 
 # One statement, one round trip per butler: take the next len(batch) numbers of the key's sequence (the upsert
 # row-locks the counter until commit, so two accepts of one key cannot interleave) and insert the intents numbered
-# from them in the batch's order. A row whose idempotency key another request inserted meanwhile is skipped (then
-# fewer ids come back: ConcurrentReplay). Plain SQL: this is every accept's statement, and compiling it per call was
-# a fifth of an accept's front CPU.
+# from them in the batch's order. A row whose idempotency key was accepted before (by another request meanwhile)
+# breaks the key's unique index: the statement fails whole, counter included (ConcurrentReplay). Plain SQL: this is
+# every accept's statement, and compiling it per call was a fifth of an accept's front CPU.
 _ASSIGN = text(
     """
     WITH seq AS (
@@ -166,7 +177,6 @@ _ASSIGN = text(
     FROM seq, unnest(CAST(:ids AS uuid[]), CAST(:kinds AS text[]), CAST(:payloads AS jsonb[]),
                      CAST(:keys AS text[]), CAST(:hashes AS text[]))
          WITH ORDINALITY AS w(id, kind, payload, idempotency_key, payload_hash, ord)
-    ON CONFLICT (tenant_id, butler, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, seq
     """
 )
@@ -192,25 +202,28 @@ def _assign(
     for butler in sorted(by_butler):  # a fixed lock order: two batches can't deadlock on counters
         batch = by_butler[butler]
         ids = [uuid.uuid4() for _ in batch]
-        returned = conn.execute(
-            _ASSIGN,
-            {
-                "tenant_id": tenant_id,
-                "butler": butler,
-                "n": len(batch),
-                "request_id": request_id,
-                "actor": actor,
-                "trace_context": context,
-                "ids": ids,
-                "kinds": [w.kind for w in batch],
-                "payloads": [json.dumps(w.payload) for w in batch],
-                "keys": [w.idempotency_key for w in batch],
-                "hashes": [hashes[id(w)] for w in batch],
-            },
-        )
+        try:
+            returned = conn.execute(
+                _ASSIGN,
+                {
+                    "tenant_id": tenant_id,
+                    "butler": butler,
+                    "n": len(batch),
+                    "request_id": request_id,
+                    "actor": actor,
+                    "trace_context": context,
+                    "ids": ids,
+                    "kinds": [w.kind for w in batch],
+                    "payloads": [json.dumps(w.payload) for w in batch],
+                    "keys": [w.idempotency_key for w in batch],
+                    "hashes": [hashes[id(w)] for w in batch],
+                },
+            )
+        except IntegrityError as exc:
+            if getattr(getattr(exc.orig, "diag", None), "constraint_name", None) == _KEY_INDEX:
+                raise ConcurrentReplay("an idempotency key was accepted before") from exc
+            raise
         seqs: dict[uuid.UUID, int] = {row.id: row.seq for row in returned}
-        if len(seqs) != len(batch):
-            raise ConcurrentReplay("an idempotency key was accepted concurrently")
         for w, intent_id in zip(batch, ids, strict=True):
             accepted = Accepted(intent_id, w.kind, butler, seqs[intent_id], w.idempotency_key, False)
             result[id(w)] = accepted

@@ -63,7 +63,8 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
         try:
             for attempt in retrying:
                 with attempt:
-                    with unit_of_work(engine) as conn:
+                    look_up = attempt.retry_state.attempt_number > 1
+                    with unit_of_work(engine, one_statement=intake.one_statement(writes, look_up_keys=look_up)) as conn:
                         accepted = intake.accept(
                             conn,
                             tenant_id=call.tenant,
@@ -71,7 +72,7 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
                             actor=actor,
                             request_id=call.request_id,
                             trace_context=trace_context,
-                            look_up_keys=attempt.retry_state.attempt_number > 1,
+                            look_up_keys=look_up,
                         )
                     call.wrote(a.id for a in accepted)  # memory_get of these ids reads where the intents are
                     return accepted

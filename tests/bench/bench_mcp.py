@@ -127,7 +127,7 @@ def raw_accepts(engine, tenant: str, n: int = 600) -> dict[bool, list[float]]:  
             "episode", "health", {"content": f"raw accept {i}", "butler": "health"}, uuid.uuid4().hex
         )
         t0 = time.process_time()
-        with unit_of_work(engine) as conn:
+        with unit_of_work(engine, one_statement=intake.one_statement([write], look_up_keys=look_up)) as conn:
             intake.accept(conn, tenant_id=tenant, writes=[write], actor="health", request_id=None, look_up_keys=look_up)
         out[look_up].append(time.process_time() - t0)
     return out

@@ -182,19 +182,25 @@ def test_an_accept_is_one_statement_per_butler_numbered_in_order(engine):
     ]
 
 
-def test_an_accept_that_skips_the_key_look_up_refuses_a_replay_and_the_retry_with_it_finds_the_first(engine):
+@pytest.mark.parametrize("one_statement", [True, False], ids=["own transaction", "in a transaction"])
+def test_an_accept_that_skips_the_key_look_up_refuses_a_replay_and_the_retry_with_it_finds_the_first(
+    engine, one_statement
+):
     """The front's first try does not look keys up (most writes are not replays): a replay there raises
-    ConcurrentReplay, the rollback leaves the key's numbering gap-free, and the try with the look-up returns the
-    first write's id."""
+    ConcurrentReplay, the statement fails whole (run as its own transaction, as the front does, or in one) and
+    leaves the key's numbering gap-free, and the try with the look-up returns the first write's id."""
     tenant_id = new_tenant(engine)
     keyed = [dataclasses.replace(episode("one"), idempotency_key="k1")]
-    with unit_of_work(engine) as conn:  # a fresh key: one statement, no look-up
+    assert intake.one_statement(keyed, look_up_keys=False) and not intake.one_statement(keyed, look_up_keys=True)
+    with unit_of_work(engine, one_statement=one_statement) as conn:  # a fresh key: one statement, no look-up
         (first,) = intake.accept(
             conn, tenant_id=tenant_id, writes=keyed, actor="t", request_id=None, look_up_keys=False
         )
 
-    with pytest.raises(intake.ConcurrentReplay), unit_of_work(engine) as conn:
-        intake.accept(conn, tenant_id=tenant_id, writes=keyed, actor="t", request_id=None, look_up_keys=False)
+    # a batch of a fresh write and the replay: refused whole, the fresh write with it
+    batch = [dataclasses.replace(episode("fresh"), idempotency_key="k2"), *keyed]
+    with pytest.raises(intake.ConcurrentReplay), unit_of_work(engine, one_statement=one_statement) as conn:
+        intake.accept(conn, tenant_id=tenant_id, writes=batch, actor="t", request_id=None, look_up_keys=False)
     (replayed,) = accept(engine, tenant_id, keyed)
     (after,) = accept(engine, tenant_id, [episode("two")])
 
