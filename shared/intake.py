@@ -162,7 +162,8 @@ def _conflict(index: int, writes: Sequence[WriteRequest], used_by: str) -> Idemp
 # row-locks the counter until commit, so two accepts of one key cannot interleave) and insert the intents numbered
 # from them in the batch's order. A row whose idempotency key was accepted before (by another request meanwhile)
 # breaks the key's unique index: the statement fails whole, counter included (ConcurrentReplay). Plain SQL: this is
-# every accept's statement, and compiling it per call was a fifth of an accept's front CPU.
+# every accept's statement, and compiling it per call was a fifth of an accept's front CPU. The intents travel as
+# one JSON array (one json.dumps) rather than five typed arrays, whose dumping cost the driver ~0.1 ms per accept.
 _ASSIGN = text(
     """
     WITH seq AS (
@@ -174,8 +175,8 @@ _ASSIGN = text(
                                request_id, actor, created_at, trace_context)
     SELECT w.id, :tenant_id, :butler, seq.last_seq - :n + w.ord, w.kind, w.payload, w.idempotency_key,
            w.payload_hash, :request_id, :actor, clock_timestamp(), CAST(:trace_context AS jsonb)
-    FROM seq, unnest(CAST(:ids AS uuid[]), CAST(:kinds AS text[]), CAST(:payloads AS jsonb[]),
-                     CAST(:keys AS text[]), CAST(:hashes AS text[]))
+    FROM seq, ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb))
+                         AS (id uuid, kind text, payload jsonb, idempotency_key text, payload_hash text))
          WITH ORDINALITY AS w(id, kind, payload, idempotency_key, payload_hash, ord)
     RETURNING id, seq
     """
@@ -212,11 +213,18 @@ def _assign(
                     "request_id": request_id,
                     "actor": actor,
                     "trace_context": context,
-                    "ids": ids,
-                    "kinds": [w.kind for w in batch],
-                    "payloads": [json.dumps(w.payload) for w in batch],
-                    "keys": [w.idempotency_key for w in batch],
-                    "hashes": [hashes[id(w)] for w in batch],
+                    "rows": json.dumps(
+                        [
+                            {
+                                "id": str(i),
+                                "kind": w.kind,
+                                "payload": w.payload,
+                                "idempotency_key": w.idempotency_key,
+                                "payload_hash": hashes[id(w)],
+                            }
+                            for i, w in zip(ids, batch, strict=True)
+                        ]
+                    ),
                 },
             )
         except IntegrityError as exc:

@@ -94,7 +94,9 @@ class Services:
             dead_client_timeout_s=dead_client,
         )
         # Memory reads fail open, so their connections are not pinged on checkout (a round trip per read): a dead
-        # one degrades one read and the pool replaces it. Everything else keeps the ping.
+        # one degrades one read and the pool replaces it. Nor are the writes' (a round trip per accept, one of two):
+        # a dead one fails its write as unavailable, which the caller retries with the same idempotency_key, and
+        # the pool replaces every connection as old as it. The rest (auth, admin tools) keeps the ping.
         # Their sessions carry the retrieval reads' settings, so those reads run without a transaction.
         read_session = session_settings(self.settings)
         self.read_engine = db.make_engine(
@@ -109,6 +111,7 @@ class Services:
             self.database_url,
             pool_size=WRITE_POOL_SIZE,
             connect_timeout_s=CONNECT_TIMEOUT_S,
+            pre_ping=False,
             dead_client_timeout_s=dead_client,
         )
         replicas = self.settings.replicas
