@@ -129,14 +129,19 @@ def _tied_ranks(scored: Sequence[tuple[Any, float]]) -> dict[Any, int]:
 
 
 def _effective(kind: str, row: Row, f: Filter) -> float | None:
+    """A fact's or rule's effective confidence at ``f.now``, kept in its row: a read scores every candidate and
+    then builds a hit for the ones it returns, which reads it again."""
     if kind == "episode":
         return None
-    return effective_confidence(
-        confidence=row["confidence"],
-        decay_rate=row["decay_rate"],
-        last_confirmed_at=row["last_confirmed_at"],
-        now=f.now,
-    )
+    eff: float | None = row.get("effective")
+    if eff is None:
+        eff = row["effective"] = effective_confidence(
+            confidence=row["confidence"],
+            decay_rate=row["decay_rate"],
+            last_confirmed_at=row["last_confirmed_at"],
+            now=f.now,
+        )
+    return eff
 
 
 def _score(
