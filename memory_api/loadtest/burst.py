@@ -145,6 +145,7 @@ async def burst(config: BurstConfig, *, stack: LocalStack | None = None, console
         else:
             tokens = await asyncio.to_thread(make_tenants, engine, tenants, run_id)
         await preflight(url, tokens)
+        reference = await asyncio.to_thread(machine_reference)
         # The generator's own full collections (140-270 ms) stalled every call in flight and were timed as the
         # service's latency: its start-up heap out of their sight (shared.heap).
         heap.settle()
@@ -157,10 +158,22 @@ async def burst(config: BurstConfig, *, stack: LocalStack | None = None, console
             tokens=tokens,
             stack=stack,
             console=console,
+            reference=reference,
         )
     finally:
         if engine is not None:
             engine.dispose()
+
+
+def machine_reference() -> str:
+    """The benchmarks' machine-speed line, measured in this process before the burst (a figure is read beside
+    it: this machine's speed varies from hour to hour); what went wrong if it could not be measured."""
+    from shared.embedding import reference_line  # loads the model: only when a burst runs
+
+    try:
+        return reference_line()
+    except Exception as exc:  # noqa: BLE001 - the run goes on without it
+        return f"reference (machine speed): not measured ({type(exc).__name__}: {exc})"
 
 
 @dataclass
@@ -222,6 +235,7 @@ async def _run(
     tokens: dict[str, str],
     stack: LocalStack | None,
     console: Console,
+    reference: str,
 ) -> dict:
     tenant_ids = [t.tenant_id for t in tenants]
     baseline = await asyncio.to_thread(_stored, engine, tenant_ids) if engine is not None else 0
@@ -279,6 +293,7 @@ async def _run(
         drained_at=drained_at,
         cpu=cpu,
         has_drill=drill is not None,
+        reference=reference,
     )
     await _verify(
         figures,

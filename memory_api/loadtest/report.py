@@ -105,6 +105,8 @@ def summary_table(figures: dict[str, Any]) -> Table:
         ),
         ("verification", _verification(figures)),
     ]
+    if figures.get("reference"):
+        rows.insert(-1, ("machine speed", figures["reference"].removeprefix("reference (machine speed): ")))
     for label, value in rows:
         table.add_row(label, value)
     return table
@@ -234,6 +236,7 @@ def figures(
     drained_at: float,
     cpu: dict[str, Any],
     has_drill: bool,
+    reference: str | None = None,
 ) -> dict[str, Any]:
     """Every figure of the run (the JSON's top level; the raw series are added by :func:`write_json`)."""
     accepts, ended = recorder.accepts, recorder.burst_ended or recorder.now()
@@ -259,6 +262,7 @@ def figures(
         "drain_timeout_s": config.drain_timeout_s,
         "accepted_while_db_down": recorder.accepted_within(w) if (w := recorder.window("postgres")) else 0,
         "cpu": cpu,
+        "reference": reference,
         "summary": {
             "planned": config.episodes,
             "accepted": len(accepts),

@@ -1,4 +1,5 @@
-"""Shared plumbing for the benchmark scripts: a throwaway, migrated database, and the machine-speed line."""
+"""Shared plumbing for the benchmark scripts: a throwaway, migrated database, and the machine-speed line
+(``shared.embedding.reference_line``)."""
 
 from __future__ import annotations
 
@@ -12,31 +13,12 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from shared import db
+from shared.embedding import reference_line as reference_line  # printed by every benchmark and the load test
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_PGDATA = ROOT / ".memory-butler" / "bench-pgdata"
 # The benchmarks' own Redis database: emptied before and after each run (see bench_redis).
 BENCH_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
-
-
-def reference_line(runs: int = 50) -> str:
-    """The machine-speed reference every benchmark prints beside its figures: one-thread MiniLM embedding of a
-    short query, p50 (a calm 2-core machine of this project: 2.6-3.2 ms)."""
-    import statistics
-    import time
-
-    from shared.embedding import Embedder
-
-    embedder = Embedder(threads=1)  # the float model, whatever embedding.store_int8 says
-    embedder.embed_one("warm up")
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        embedder.embed_one("How often do you water the basil?")
-        times.append(time.perf_counter() - t0)
-    return (
-        f"reference (machine speed): one-thread embedding of a short query p50 {statistics.median(times) * 1000:.1f} ms"
-    )
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -109,6 +110,11 @@ def test_the_command_bursts_replays_reads_and_verifies(stack: LocalStack, tmp_pa
     assert figures["summary"]["reads"]["count"] > 0 and figures["raw"]["samples"]
     assert (tmp_path / path.name.replace(".json", ".png")).is_file()
     assert figures["database"]["lost"] == figures["database"]["duplicated"] == 0
+    # and the machine's speed beside the figures, measured before the burst
+    assert re.fullmatch(
+        r"reference \(machine speed\): one-thread embedding of a short query p50 \d+\.\d ms", figures["reference"]
+    )
+    assert "machine speed" in done.stdout
 
 
 def test_replay_drill_duplicate_writes_and_wakeups_change_nothing(stack: LocalStack, tmp_path: Path):
