@@ -325,7 +325,6 @@ class Embedder:
         return vector
 
 
-@lru_cache(maxsize=1)
 def reference_line(runs: int = 50) -> str:
     """The machine-speed reference the benchmarks and the load test print beside their figures: one-thread MiniLM
     embedding of a short query, p50 (a calm 2-core machine of this project: 2.6-3.5 ms). Figures measured at
@@ -344,6 +343,7 @@ def reference_line(runs: int = 50) -> str:
     )
 
 
+@lru_cache(maxsize=1)
 def get_embedder() -> Embedder:
     """The process-wide embedder for batches (made on first use)."""
     return Embedder(int8=get_settings().embedding.store_int8)

@@ -5,12 +5,13 @@ engine fall back to torch (about twice the CPU per query) with only a warning in
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 
 from shared.config import EmbeddingSettings
-from shared.embedding import Embedder, onnx_model_path
+from shared.embedding import Embedder, get_embedder, get_query_embedder, onnx_model_path, reference_line
 
 
 def test_a_fresh_cache_exports_the_model_and_embeds_with_onnx(tmp_path: Path) -> None:
@@ -50,3 +51,13 @@ def test_the_int8_query_model_is_quantised_and_stays_near_the_float_one(tmp_path
     assert float_model.batches and not int8.batches
     assert cosine.min() > 0.98
     assert cosine.max() < 0.99999  # really another model, not the float one under another name
+
+
+def test_the_process_has_one_embedder_of_each_kind_and_a_reference_line() -> None:
+    # made once per process: every task and read shares the loaded model
+    assert get_embedder() is get_embedder()
+    assert get_query_embedder() is get_query_embedder()
+    # the machine-speed line the benchmarks and the load test print
+    assert re.fullmatch(
+        r"reference \(machine speed\): one-thread embedding of a short query p50 \d+\.\d ms", reference_line(runs=3)
+    )
