@@ -96,7 +96,8 @@ class Services:
         # Memory reads fail open, so their connections are not pinged on checkout (a round trip per read): a dead
         # one degrades one read and the pool replaces it. Nor are the writes' (a round trip per accept, one of two):
         # a dead one fails its write as unavailable, which the caller retries with the same idempotency_key, and
-        # the pool replaces every connection as old as it. The rest (auth, admin tools) keeps the ping.
+        # the pool replaces every connection as old as it. The rest (``engine``: auth, health, admin tools, the
+        # dashboard, reference bumps) keeps the ping.
         # Their sessions carry the retrieval reads' settings, so those reads run without a transaction.
         read_session = session_settings(self.settings)
         self.read_engine = db.make_engine(
