@@ -41,7 +41,10 @@ LOCAL_REDIS_PORT = 6379
 LOCAL_REDIS_URL = f"redis://127.0.0.1:{LOCAL_REDIS_PORT}/0"
 CHILD_STOP_GRACE_S = 10  # SIGTERM, then SIGKILL: a warm Celery shutdown finishes short tasks in this time
 DOWN_WAIT_S = 30  # how long `down` lets `up` stop its children before doing it itself
-START_WAIT_S = 180  # `up --detach`: a first start runs initdb and the migrations, usually in seconds
+START_WAIT_S = 300  # `up --detach`: a first start runs initdb, the migrations and the parts' start (below)
+# A part with a port is up when it accepts connections: the front loads its model before it listens (seconds; a
+# first start also exports the ONNX models, ~1 min on this project's 2-core machine).
+LISTEN_WAIT_S = 150
 EXIT_NOT_RUNNING = 3
 
 UP_HELP = """\
@@ -396,6 +399,12 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+def _listening(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+        return True
+    return False
+
+
 class Stack:
     """What one `up` started, so it stops exactly that; stack.json mirrors it for `status` and `down`."""
 
@@ -446,8 +455,26 @@ class Stack:
                 self.children[name] = popen
                 self.record["processes"].append(_process_record(name, popen, self.log_dir, cmd=part["cmd"]))
                 self.save()
+        self._wait_listening(stopping)
         self.record["state"] = "running"
         self.save()
+
+    def _wait_listening(self, stopping: threading.Event, timeout: float = LISTEN_WAIT_S) -> None:
+        """Until every started part with a port accepts connections, so "running" (what `up --detach` and `status`
+        report) means a client can connect now. A part that exits meanwhile is left to :meth:`supervise`."""
+        deadline = time.monotonic() + timeout
+        waiting = {name: self.parts[name]["port"] for name in self.children if "port" in self.parts[name]}
+        while waiting and not stopping.is_set():
+            waiting = {
+                name: address
+                for name, address in waiting.items()
+                if self.children[name].poll() is None and not _listening(*address)
+            }
+            if waiting and time.monotonic() > deadline:
+                log.warning("stack parts not listening yet; reported running", extra={"parts": sorted(waiting)})
+                return
+            if waiting:
+                stopping.wait(0.2)
 
     def restart(self, name: str) -> subprocess.Popen:
         """Start part ``name`` again with its original command and environment; stack.json follows."""

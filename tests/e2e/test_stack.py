@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 import redis as redis_lib
@@ -104,6 +105,10 @@ def test_up_runs_the_stack_and_down_leaves_nothing_behind(tmp_path):
 
         report = poll(healthy, deadline_s=START_DEADLINE_S, what="`status` to report the stack healthy")
         assert report["postgres"]["embedded"] and report["redis"]["ping"]
+        # then the front and the worker's metrics answer at once (a client may connect as soon as it is running)
+        front = report["parts"]["front"]["url"].rsplit("/mcp", 1)[0]
+        assert httpx.get(f"{front}/healthz", timeout=5).status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{worker_metrics}/metrics", timeout=5).status_code == 200
 
         # then the embedded database has pgvector and the schema at head
         url = _cli("db-url", "--data-dir", str(data_dir), cwd=tmp_path).stdout.strip()
