@@ -62,8 +62,13 @@ class Replica:
         self, url: str, *, primary: Engine, pool_size: int, connect_timeout_s: int, session_settings: str | None = None
     ) -> None:
         self.label = replica_label(url)
+        # Kept, not overflowing: an overflow connection would be closed on its return (memory_api/tools/services.py).
         self.engine = db.make_engine(
-            url, pool_size=pool_size, connect_timeout_s=connect_timeout_s, session_settings=session_settings
+            url,
+            pool_size=pool_size,
+            max_overflow=0,
+            connect_timeout_s=connect_timeout_s,
+            session_settings=session_settings,
         )
         self.status = ReplicaStatus(label=self.label)
         self._primary = primary

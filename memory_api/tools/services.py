@@ -33,18 +33,22 @@ from shared.tenancy import Principal, ensure_tenant
 log = logging.getLogger("memory_butler.api")
 
 T = TypeVar("T")
-# Connections per front for reads, auth, health and the dashboard: 8 pooled + 16 overflow. Threads doing that work
-# are capped at the same 24, so a burst waits for a thread (bounded by the call's deadline), not on the pool.
-# Memory reads are further capped at api.read_threads running, api.read_queue waiting (Services.read).
-POOL_SIZE = 8
+# Threads for reads of auth, health, the admin tools and the dashboard: a burst waits for a thread (bounded by the
+# call's deadline), not on the pool. Memory reads are further capped at api.read_threads running, api.read_queue
+# waiting (Services.read).
 DB_THREADS = 24
 # Token look-ups have threads of their own: a flood of unknown tokens waits here (bounded by the auth deadline)
 # and never takes a thread or a connection from authenticated calls. The pool has room for both.
 AUTH_THREADS = 4
-# Accepts: their own 4 pooled + 8 overflow connections and 12 threads. An accept is one short INSERT transaction
-# (~1 ms of database time), so 12 in flight carry far more than a front's 500 accepts/s.
-WRITE_POOL_SIZE = 4
+# Accepts: their own 12 threads and connections. An accept is one short INSERT (~0.5 ms of database time), so 12 in
+# flight carry far more than a front's 500 accepts/s.
 WRITE_THREADS = 12
+# Memory reads and the dashboard's share the read pool: up to this many read threads' worth of connections.
+READ_POOL_PER_THREAD = 3
+# Every pool keeps each connection it opens, up to the threads that use it (no overflow). SQLAlchemy closes an
+# overflow connection when it comes back to a full pool, so a steady load above the pool's size started and ended a
+# PostgreSQL backend per call: 507 backends in a 20 s accept burst, ~2 ms of the database's CPU per accept
+# (BENCHMARKS.md, issue 14). The bounds are those of the pools with overflow before; only idle connections stay.
 CONNECT_TIMEOUT_S = 2
 
 
@@ -88,9 +92,9 @@ class Services:
         dead_client = self.settings.dead_client_timeout_seconds
         self.engine = db.make_engine(
             self.database_url,
-            pool_size=POOL_SIZE,
+            pool_size=DB_THREADS + AUTH_THREADS,
+            max_overflow=0,
             connect_timeout_s=CONNECT_TIMEOUT_S,
-            max_overflow=DB_THREADS + AUTH_THREADS - POOL_SIZE,
             dead_client_timeout_s=dead_client,
         )
         # Memory reads fail open, so their connections are not pinged on checkout (a round trip per read): a dead
@@ -100,9 +104,11 @@ class Services:
         # dashboard, reference bumps) keeps the ping.
         # Their sessions carry the retrieval reads' settings, so those reads run without a transaction.
         read_session = session_settings(self.settings)
+        read_pool = READ_POOL_PER_THREAD * self.settings.api.read_threads
         self.read_engine = db.make_engine(
             self.database_url,
-            pool_size=self.settings.api.read_threads,
+            pool_size=read_pool,
+            max_overflow=0,
             connect_timeout_s=CONNECT_TIMEOUT_S,
             pre_ping=False,
             dead_client_timeout_s=dead_client,
@@ -110,7 +116,8 @@ class Services:
         )
         self.write_engine = db.make_engine(
             self.database_url,
-            pool_size=WRITE_POOL_SIZE,
+            pool_size=WRITE_THREADS,
+            max_overflow=0,
             connect_timeout_s=CONNECT_TIMEOUT_S,
             pre_ping=False,
             dead_client_timeout_s=dead_client,
@@ -121,7 +128,7 @@ class Services:
             replica_urls=self.settings.read_urls,
             max_lag_s=replicas.max_lag_seconds,
             check_interval_s=replicas.check_interval_seconds,
-            pool_size=POOL_SIZE,
+            pool_size=read_pool,
             connect_timeout_s=CONNECT_TIMEOUT_S,
             session_settings=read_session,
         )
@@ -152,8 +159,9 @@ class Services:
         log.info(
             "front resources ready",
             extra={
-                "pool_size": POOL_SIZE,
                 "db_threads": DB_THREADS,
+                "write_threads": WRITE_THREADS,
+                "read_pool": read_pool,
                 "replicas": [r.label for r in self.plane.replicas],
             },
         )

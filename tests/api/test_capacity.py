@@ -5,6 +5,7 @@ read queue answers degraded at once instead of waiting."""
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from shared.config import Settings
 from tests.api.conftest import Butler, Front, applied, new_token, poll
@@ -140,6 +141,45 @@ def test_an_accept_is_answered_at_once_while_every_read_thread_waits(
     # and the admitted reads all answered once the lock went away
     assert len(readers) == 26 and all(not r.is_error for r, _ in readers)
     assert services.reads_in_flight == 0
+
+
+def test_the_front_keeps_the_connections_its_bursts_open(front: Front) -> None:
+    # SQLAlchemy closes an overflow connection when it comes back to a full pool: a load above the pool's size then
+    # started and ended a PostgreSQL backend per call (~2 ms of the database's CPU per accept, BENCHMARKS.md)
+    services = front.app.state.services
+    pools = {
+        "write": (services.write_engine, services.write_limiter, services.write),
+        "read": (services.read_engine, services.read_limiter, services.read),
+    }
+    for name, (engine, limiter, run) in pools.items():
+        opened: list[object] = []
+        event.listen(engine, "connect", lambda dbapi, record: opened.append(dbapi))
+        threads = int(limiter.total_tokens)
+        together = threading.Barrier(threads)
+
+        def hold(engine: Engine = engine, together: threading.Barrier = together) -> int:
+            with engine.connect() as conn:  # every thread holds a connection at once
+                together.wait(timeout=10)
+                return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+        async def waves(run: Any = run, threads: int = threads) -> set[int]:
+            backends: set[int] = set()
+            for _ in range(3):  # when the front's threads all use their connections at once, three times over
+                results = [0] * threads
+
+                async def one(i: int) -> None:
+                    results[i] = await run(hold, deadline=20)
+
+                async with anyio.create_task_group() as group:
+                    for i in range(threads):
+                        group.start_soon(one, i)
+                backends.update(results)
+            return backends
+
+        backends = anyio.run(waves)
+        # then the second and third waves ran on the connections the first opened
+        assert len(opened) <= threads, f"{name}: {len(opened)} connections opened for {threads} threads"
+        assert len(backends) <= threads, f"{name}: {len(backends)} backends served {threads} threads"
 
 
 def test_a_front_moves_what_it_loaded_at_start_out_of_the_collectors_sight(api_settings: Settings) -> None:
