@@ -169,28 +169,50 @@ def _args(tool: str, q: str) -> dict:
     return {"content": f"{q} ({uuid.uuid4().hex[:8]})", "butler": "health", "idempotency_key": uuid.uuid4().hex}
 
 
-async def cpu_per_call(url: str, token: str, front: psutil.Process, qs: list[str], seconds: float) -> dict[str, float]:
-    """Milliseconds of front CPU (user + system, all threads) per call, one client calling back to back."""
+async def cpu_per_call(
+    url: str, token: str, front: psutil.Process, database: psutil.Process | None, qs: list[str], seconds: float
+) -> dict[str, tuple[float, float | None]]:
+    """Milliseconds of front CPU (user + system, all threads) and of the database server's (every process of its
+    cluster; None if it is not on this machine) per call, one client calling back to back."""
     rng = random.Random(3)
     out = {}
     async with open_session(url, token, timeout_s=30) as session:
         for tool in CPU_TOOLS:
             for q in qs[:5]:  # warm: plans prepared, token counts cached
                 await call_tool(session, tool, _args(tool, q), timeout_s=30)
-            out[tool] = await _cpu_ms_per_call(session, front, tool, lambda t=tool: _args(t, rng.choice(qs)), seconds)
+            out[tool] = await _cpu_ms_per_call(
+                session, front, tool, lambda t=tool: _args(t, rng.choice(qs)), seconds, database=database
+            )
     return out
 
 
 async def _cpu_ms_per_call(
-    session: Any, server: psutil.Process, tool: str, args: Callable[[], dict], seconds: float
-) -> float:
-    """Calls ``tool`` back to back for ``seconds``; the server's CPU milliseconds per call."""
-    calls, before = 0, _cpu_s(server)
+    session: Any,
+    server: psutil.Process,
+    tool: str,
+    args: Callable[[], dict],
+    seconds: float,
+    *,
+    database: psutil.Process | None = None,
+) -> tuple[float, float | None]:
+    """Calls ``tool`` back to back for ``seconds``; the server's and the database's CPU milliseconds per call."""
+    calls, before, db_before = 0, _cpu_s(server), _cpu_s(database) if database else 0.0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         await call_tool(session, tool, args(), timeout_s=30)
         calls += 1
-    return 1000 * (_cpu_s(server) - before) / calls
+    db_ms = 1000 * (_cpu_s(database) - db_before) / calls if database else None
+    return 1000 * (_cpu_s(server) - before) / calls, db_ms
+
+
+def postmaster(engine) -> psutil.Process | None:  # noqa: ANN001
+    """The database server's main process, when it runs on this machine (its backends are its children)."""
+    with engine.connect() as conn:
+        backend = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        try:
+            return psutil.Process(backend).parent()
+        except psutil.Error:
+            return None
 
 
 def sdk_floor(seconds: float) -> float:
@@ -208,12 +230,14 @@ async def _noop_calls(url: str, server: psutil.Process, seconds: float) -> float
     async with open_session(url, "unused", timeout_s=30) as session:
         for _ in range(20):
             await call_tool(session, "noop", {"text": "warm"}, timeout_s=30)
-        return await _cpu_ms_per_call(session, server, "noop", lambda: {"text": "hello"}, seconds)
+        return (await _cpu_ms_per_call(session, server, "noop", lambda: {"text": "hello"}, seconds))[0]
 
 
 def _cpu_s(front: psutil.Process) -> float:
-    """CPU seconds (user + system) of the front and, with --front-workers > 1, of its worker processes."""
-    total = 0.0
+    """CPU seconds (user + system) of the front and, with --front-workers > 1, of its worker processes; of a
+    postmaster, its backends' too (those that ended included: it reaps them)."""
+    ended = front.cpu_times()
+    total = ended.children_user + ended.children_system
     for proc in (front, *front.children(recursive=True)):
         try:
             times = proc.cpu_times()
@@ -257,7 +281,9 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}/mcp"
         heap.settle()  # the client's own full collections are not the service's latency
         try:
-            cpu = asyncio.run(cpu_per_call(url, tokens[0], psutil.Process(front.pid), qs, args.seconds / 3))
+            cpu = asyncio.run(
+                cpu_per_call(url, tokens[0], psutil.Process(front.pid), postmaster(engine), qs, args.seconds / 3)
+            )
             floor = sdk_floor(args.seconds / 3)
             results: dict[str, list[float]] = {}
             for tool in ("memory_context", "memory_search"):
@@ -299,8 +325,11 @@ def main() -> int:
         f"{'  … per episode':<44}{pct(per_episode, 50):>9.2f}{pct(per_episode, 95):>9.2f}{pct(per_episode, 99):>9.2f}"
     )
     print(
-        "front CPU per call (one client, back to back): " + ", ".join(f"{tool} {ms:.2f} ms" for tool, ms in cpu.items())
+        "front CPU per call (one client, back to back): "
+        + ", ".join(f"{tool} {ms:.2f} ms" for tool, (ms, _) in cpu.items())
     )
+    if all(db_ms is not None for _, db_ms in cpu.values()):
+        print("database CPU per call (the same calls): " + ", ".join(f"{t} {ms:.2f} ms" for t, (_, ms) in cpu.items()))
     print(f"the MCP SDK's floor, a no-op tool served the same way: {floor:.2f} ms")
     return 0
 

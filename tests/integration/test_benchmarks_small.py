@@ -192,10 +192,17 @@ def test_mcp_benchmark_runs_small(empty_database_url):
     ):
         p50, p95, p99, rate = _figures(out, label, number=r"\d+(?:\.\d+)?")  # the rate has no decimals
         assert 0 < p50 <= p95 <= p99 and rate > 0, (label, out)
-    per_call = dict(re.findall(r"(memory_\w+) (\d+\.\d+) ms", out.split("front CPU per call", 1)[1]))
+
+    def per_call(line: str) -> dict[str, float]:
+        found = re.search(rf"^{line}.*$", out, re.MULTILINE)
+        assert found, out
+        return {tool: float(ms) for tool, ms in re.findall(r"(memory_\w+) (\d+\.\d+) ms", found.group(0))}
+
+    front, database = per_call("front CPU per call"), per_call("database CPU per call")
     floor = float(re.search(r"no-op tool served the same way: (\d+\.\d+) ms", out).group(1))
-    assert set(per_call) == {"memory_context", "memory_search", "memory_store_episode"}, out
-    assert 0 < floor < float(per_call["memory_context"]), out  # a context block costs more than doing nothing
+    assert set(front) == set(database) == {"memory_context", "memory_search", "memory_store_episode"}, out
+    assert 0 < floor < front["memory_context"], out  # a context block costs more than doing nothing
+    assert all(ms > 0 for ms in database.values()), out  # every call reaches the database
     assert _redis_left_empty()
 
 
