@@ -263,10 +263,17 @@ def claim_pending(conn: Connection, *, tenant_id: str, butler: str, limit: int) 
     return claimed
 
 
-def retry_in(conn: Connection, *, tenant_id: str, butler: str) -> float | None:
-    """Seconds (database clock) until the key's first pending intent may be tried again; None if it is due now."""
-    wait = conn.execute(
-        select(func.extract("epoch", write_intents.c.next_attempt_at - func.now()))
+def next_work(conn: Connection, *, tenant_id: str, butler: str) -> tuple[bool, float | None]:
+    """(whether the key has work now, else the seconds - database clock - until its first pending intent may be
+    tried again, None if it has none), from the key's oldest pending intent, in one statement.
+
+    Locks nothing: a check that row-locked the oldest intent (as claim_pending does) would make the key's holder,
+    claiming with SKIP LOCKED meanwhile, apply later ones first."""
+    oldest = conn.execute(
+        select(
+            func.coalesce(write_intents.c.next_attempt_at <= func.now(), True),
+            func.extract("epoch", write_intents.c.next_attempt_at - func.now()),
+        )
         .where(
             write_intents.c.tenant_id == tenant_id,
             write_intents.c.butler == butler,
@@ -274,26 +281,13 @@ def retry_in(conn: Connection, *, tenant_id: str, butler: str) -> float | None:
         )
         .order_by(write_intents.c.seq)
         .limit(1)
-    ).scalar()
-    return float(wait) if wait is not None and wait > 0 else None
-
-
-def has_pending(conn: Connection, *, tenant_id: str, butler: str) -> bool:
-    """Whether the key has work now: a pending intent, the oldest not waiting out a retry backoff. Locks nothing: a
-    check that row-locked the oldest intent (as claim_pending does) would make the key's holder, claiming with SKIP
-    LOCKED meanwhile, apply later ones first."""
-    return bool(
-        conn.execute(
-            select(func.coalesce(write_intents.c.next_attempt_at <= func.now(), True))
-            .where(
-                write_intents.c.tenant_id == tenant_id,
-                write_intents.c.butler == butler,
-                write_intents.c.status == "pending",
-            )
-            .order_by(write_intents.c.seq)
-            .limit(1)
-        ).scalar()
-    )
+    ).first()
+    if oldest is None:
+        return False, None
+    due, wait = oldest
+    if due:
+        return True, None
+    return False, float(wait) if wait is not None and wait > 0 else None
 
 
 def mark_applied(conn: Connection, *, ids: Sequence[uuid.UUID], now: datetime) -> None:

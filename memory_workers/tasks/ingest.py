@@ -97,11 +97,10 @@ def apply_pending(
             break
     # Re-checked after the lock is released: a wake-up refused while this run held the key is not lost. A key
     # whose first intent waits out a backoff has no work now: it is woken again when the backoff ends.
-    with unit_of_work(rt.engine) as conn:
+    with unit_of_work(rt.engine, one_statement=True) as conn:
         # Without the key's lock, so without locking rows: a row this check locked would be skipped by the holder's
         # claim (SKIP LOCKED) and applied after later ones (seen with two worker hosts, tests/e2e/test_hosts.py).
-        summary.more = intake.has_pending(conn, tenant_id=tenant_id, butler=butler)
-        summary.retry_in = None if summary.more else intake.retry_in(conn, tenant_id=tenant_id, butler=butler)
+        summary.more, summary.retry_in = intake.next_work(conn, tenant_id=tenant_id, butler=butler)
     return summary
 
 

@@ -358,7 +358,7 @@ def test_another_workers_recheck_of_the_key_never_makes_the_holder_skip_its_olde
     accepted = accept(engine, t, [episode(f"Turn {n}.") for n in range(3)])
     # given a worker that just let go of the key re-checking it for pending intents, its transaction still open
     with engine.connect() as checker, checker.begin():
-        assert intake.has_pending(checker, tenant_id=t, butler="general")
+        assert intake.next_work(checker, tenant_id=t, butler="general") == (True, None)
         # when the key's next holder applies it meanwhile
         summary = apply_pending(rt, tenant_id=t, butler="general", actor=ACTOR)
     # then it applied every intent, the oldest first (a re-check that row-locked the oldest made the holder's
