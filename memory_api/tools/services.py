@@ -33,9 +33,9 @@ from shared.tenancy import Principal, ensure_tenant
 log = logging.getLogger("memory_butler.api")
 
 T = TypeVar("T")
-# Threads for reads of auth, health, the admin tools and the dashboard: a burst waits for a thread (bounded by the
-# call's deadline), not on the pool. Memory reads are further capped at api.read_threads running, api.read_queue
-# waiting (Services.read).
+# Threads for health, metrics and the dashboard (Services.in_thread's default): a burst waits for a thread (bounded by
+# the call's deadline), not on the pool. Memory reads and accepts have threads of their own (Services.read, .write);
+# reads are further capped at api.read_threads running, api.read_queue waiting.
 DB_THREADS = 24
 # Token look-ups have threads of their own: a flood of unknown tokens waits here (bounded by the auth deadline)
 # and never takes a thread or a connection from authenticated calls. The pool has room for both.

@@ -153,7 +153,11 @@ def test_the_front_keeps_the_connections_its_bursts_open(front: Front) -> None:
     }
     for name, (engine, limiter, run) in pools.items():
         opened: list[object] = []
-        event.listen(engine, "connect", lambda dbapi, record: opened.append(dbapi))
+
+        def count(dbapi: object, record: object, opened: list[object] = opened) -> None:
+            opened.append(dbapi)
+
+        event.listen(engine, "connect", count)
         threads = int(limiter.total_tokens)
         together = threading.Barrier(threads)
 
@@ -176,7 +180,10 @@ def test_the_front_keeps_the_connections_its_bursts_open(front: Front) -> None:
                 backends.update(results)
             return backends
 
-        backends = anyio.run(waves)
+        try:
+            backends = anyio.run(waves)
+        finally:  # the front is the session's: leave its engines as they were
+            event.remove(engine, "connect", count)
         # then the second and third waves ran on the connections the first opened
         assert len(opened) <= threads, f"{name}: {len(opened)} connections opened for {threads} threads"
         assert len(backends) <= threads, f"{name}: {len(backends)} backends served {threads} threads"
