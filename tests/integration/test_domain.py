@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -600,6 +601,33 @@ def test_a_bump_flush_never_waits_for_a_row_a_worker_holds_and_writes_its_bump_a
     assert bumper.flush() == 1 and bumper.flush() == 0
     assert (count(free), count(held)) == (1, 1)
     bumper.close()
+
+
+def test_a_use_is_written_within_a_second_and_a_blocks_bumps_gather_until_their_own_interval(engine, embedder):
+    # given a bumper that writes uses every 50 ms and context blocks' bumps every hour
+    t = new_tenant(engine)
+    used = fact(engine, embedder, t, "user", "city", "The user lives in Lyon", now=NOW - timedelta(days=60))
+    shown = fact(engine, embedder, t, "user", "pet", "The user has a cat called Miso", now=NOW - timedelta(days=60))
+    bumper = ReferenceBumper(engine, interval=0.05, shown_interval=3600)
+
+    def count(i) -> int:  # noqa: ANN001
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT reference_count FROM facts WHERE id = :i"), {"i": i}).scalar_one()
+
+    # when one fact is searched once and the other shown in three blocks
+    bumper.add([("fact", used)])
+    for _ in range(3):
+        bumper.add([("fact", shown)], recent=False)
+    deadline = time.monotonic() + 10
+    while count(used) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # several more of the short flushes
+
+    # then the use is written by the short flushes, the shown fact's bumps still wait, gathered
+    assert count(used) == 1 and count(shown) == 0
+    # and closing writes the three of them
+    bumper.close()
+    assert count(shown) == 3
 
 
 def test_a_read_pools_retrieval_reads_are_one_statement_and_its_other_reads_keep_their_transaction(
