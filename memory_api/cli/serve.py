@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
-from pathlib import Path
 
-from memory_api.cli.stack import add_data_dir_option, resolve_database_url, settings_for
+from memory_api.cli.stack import add_data_dir_option, available_cores, resolve_database_url, settings_for
 from shared import db
 
 log = logging.getLogger("memory_butler.serve")
@@ -63,18 +61,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # No access log: every tool call logs one structured line (and refused tokens log too).
     uvicorn.run(build_app(settings), host=host, port=port, log_config=None, lifespan="on", access_log=False)
     return 0
-
-
-def available_cores() -> int:
-    """Cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (a container's --cpus)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, cores)
 
 
 def front_workers(cores: int) -> int:

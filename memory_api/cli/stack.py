@@ -12,6 +12,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -323,9 +324,30 @@ def _worker_queues(shard_count: int) -> list[str] | None:
     return [*shard_queues(shard_count), MAINTENANCE_QUEUE]
 
 
+def available_cores() -> int:
+    """Cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (a container's --cpus)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def worker_processes(cores: int) -> int:
+    """The pool processes of the worker that ``up`` starts beside the front, PostgreSQL and Redis on one box: one
+    per two cores, as the front's processes (serve.front_workers), at least one. On 2 cores in the contract burst
+    two pool processes took 0.8 of a core, mostly applying and consolidating a key's writes one or two at a time,
+    and pushed the accepts' p99 to 36-45 ms; one took 0.6 of a core, gathered more writes per run, kept up with
+    the burst, and the p99 was 27-29 ms (BENCHMARKS.md, issue 14)."""
+    return max(1, cores // 2)
+
+
 def plan_parts(settings: Settings, *, host: str, port: int, flower_port: int) -> dict[str, dict[str, Any]]:
     """For each part, in start order: its command (and URL), or why it is skipped."""
-    py, data_dir = sys.executable, settings.data_dir
+    py, data_dir, cores = sys.executable, settings.data_dir, available_cores()
     parts: dict[str, dict[str, Any]] = {}
     if _module_exists("memory_api.server") and _module_exists("memory_api.cli.serve"):
         parts["front"] = {
@@ -354,7 +376,7 @@ def plan_parts(settings: Settings, *, host: str, port: int, flower_port: int) ->
                 "--loglevel",
                 "INFO",
                 "--concurrency",
-                "2",
+                str(worker_processes(cores)),
                 "--queues",
                 ",".join(queues),
                 "--hostname",
