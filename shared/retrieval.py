@@ -216,6 +216,12 @@ def _ranked(scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter, *, 
     return [_hit(kind, row, score=score, f=f) for score, kind, row in ranked]
 
 
+def _pool_of_at_least(limit: int, settings: RetrievalSettings) -> RetrievalSettings:
+    """Each leg gathers ``candidate_pool`` rows: a read asking for more hits than that gathers ``limit``, or a
+    one-leg mode (keyword, semantic) would return fewer hits than there are matches."""
+    return settings if limit <= settings.candidate_pool else settings.model_copy(update={"candidate_pool": limit})
+
+
 def search(
     conn: Connection,
     *,
@@ -228,6 +234,7 @@ def search(
     settings: RetrievalSettings,
 ) -> list[Hit]:
     """memory_search: the best ``limit`` hits across ``types`` by the mode's relevance."""
+    settings = _pool_of_at_least(limit, settings)
     found = _candidates(conn, kinds=types, f=f, query=query, vector=vector, mode=mode, settings=settings)
     return _ranked(
         [(round(row["relevance"], 6), kind, row) for kind, row in found], limit, f, decay=settings.diversity_decay
@@ -245,6 +252,7 @@ def recall(
     types: Sequence[str] = ("fact", "rule"),
 ) -> list[Hit]:
     """memory_recall: facts and rules for a topic by composite score (hybrid candidates)."""
+    settings = _pool_of_at_least(limit, settings)
     found = _candidates(conn, kinds=types, f=f, query=topic, vector=vector, mode="hybrid", settings=settings)
     best = max((row["relevance"] for _, row in found), default=0.0)
     intent = _intent(topic, settings)

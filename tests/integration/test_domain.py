@@ -514,6 +514,27 @@ def test_a_late_applied_older_fact_does_not_supersede_a_newer_one(engine, embedd
     assert rows[older].validity == "superseded" and rows[older].superseded_by_id == newer
 
 
+def test_a_search_asking_for_more_hits_than_the_candidate_pool_gets_them_in_every_mode(engine, embedder, reader):
+    # given 70 facts that all hold the searched word (more than the 50 candidates each leg gathers by default)
+    t = new_tenant(engine)
+    for i in range(70):
+        fact(engine, embedder, t, "user", f"trip_{i}", f"Went hiking in the Vosges mountains on trip number {i}")
+    # when a search asks for 70 hits, in each mode
+    for mode in ("keyword", "semantic", "hybrid"):
+        hits = reader.search(
+            tenant_id=t,
+            visibility=ALL,
+            query="hiking Vosges",
+            types=["fact"],
+            mode=mode,
+            limit=70,
+            min_confidence=None,
+            now=NOW,
+        )
+        # then it gets all 70, not the first 50 of one leg
+        assert len(hits) == 70, mode
+
+
 def test_rules_are_not_starved_by_many_facts_in_context(engine, embedder, reader):
     # given a tenant with 60 facts about the topic and two rules about it (each section has its own pool)
     t = new_tenant(engine)
