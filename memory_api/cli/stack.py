@@ -341,7 +341,7 @@ def worker_processes(cores: int) -> int:
     per two cores, as the front's processes (serve.front_workers), at least one. On 2 cores in the contract burst
     two pool processes took 0.8 of a core, mostly applying and consolidating a key's writes one or two at a time,
     and pushed the accepts' p99 to 36-45 ms; one took 0.6 of a core, gathered more writes per run, kept up with
-    the burst, and the p99 was 27-29 ms (BENCHMARKS.md, issue 14)."""
+    the burst, and the p99 was 27-31 ms (BENCHMARKS.md, issue 14)."""
     return max(1, cores // 2)
 
 
