@@ -270,10 +270,7 @@ def next_work(conn: Connection, *, tenant_id: str, butler: str) -> tuple[bool, f
     Locks nothing: a check that row-locked the oldest intent (as claim_pending does) would make the key's holder,
     claiming with SKIP LOCKED meanwhile, apply later ones first."""
     oldest = conn.execute(
-        select(
-            func.coalesce(write_intents.c.next_attempt_at <= func.now(), True),
-            func.extract("epoch", write_intents.c.next_attempt_at - func.now()),
-        )
+        select(func.extract("epoch", write_intents.c.next_attempt_at - func.now()))
         .where(
             write_intents.c.tenant_id == tenant_id,
             write_intents.c.butler == butler,
@@ -284,10 +281,8 @@ def next_work(conn: Connection, *, tenant_id: str, butler: str) -> tuple[bool, f
     ).first()
     if oldest is None:
         return False, None
-    due, wait = oldest
-    if due:
-        return True, None
-    return False, float(wait) if wait is not None and wait > 0 else None
+    (wait,) = oldest  # None: the intent was never tried, so it is due
+    return (True, None) if wait is None or wait <= 0 else (False, float(wait))
 
 
 def mark_applied(conn: Connection, *, ids: Sequence[uuid.UUID], now: datetime) -> None:
