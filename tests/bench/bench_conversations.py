@@ -1,6 +1,7 @@
 """Conversation retrieval benchmark on the RealMem dev set, through the real MCP front and real workers.
 
     python tests/bench/bench_conversations.py [--split dev|test|all] [--personas 1,2] [--limit N] [--workers 2]
+    python tests/bench/bench_conversations.py --locomo path/to/locomo10.json [--personas 1,2]
 
 Every turn of every session becomes an episode of its persona's tenant ("<Speaker>: <text>", the session as
 session_id, the session's time as occurred_at), stored through memory_ingest_batch. Sessions are replayed in time
@@ -27,6 +28,11 @@ episodes. With --consolidate it is on: each wait also waits for consolidation, s
 episodes, and a fact or rule counts as the turn it was learned from (its source episode) - in the ranking and in
 the block - so the table shows whether what consolidation learns helps. Tune on --split dev (personas 1-5), report --split test (6-10). Dataset: RealMem (arXiv 2601.06966),
 Apache-2.0, ../shared/datasets/realmem.
+
+With --locomo FILE the same replay runs on LoCoMo (arXiv 2402.17753; its data/locomo10.json, CC BY-NC 4.0, so not
+shipped): each conversation a tenant, each turn an episode (an image's caption appended), every question of
+categories 1-4 asked after the conversation's last session, scored against the turns its evidence ids name. Nothing
+was tuned on it: it shows whether the weights chosen on RealMem carry over to another set.
 """
 
 from __future__ import annotations
@@ -99,17 +105,19 @@ async def replay(run: Run, url: str, engine, limit: int | None, with_context: bo
     for t in run.persona.turns:
         by_session[t.key[0]].append(t)
     pending: list[rm.Turn] = []
+    last = max(queries, default=0)
     async with open_session(url, run.token, timeout_s=120) as session:
-        for s in sorted(by_session):
+        # A query's session may follow the last one (LoCoMo asks every question after the whole conversation).
+        for s in sorted(set(by_session) | set(queries)):
             if queries.get(s):
                 if rewake is not None:
                     await _store(session, run, pending)
                     pending = []
                     await asyncio.to_thread(_wait_applied, engine, run.tenant, lambda: rewake(run.tenant))
                 for q in queries[s]:
-                    await _ask(session, run, q, by_session[s][0].occurred_at.isoformat(), with_context)
-            pending += by_session[s]
-            if not any(queries.get(later) for later in range(s + 1, max(by_session) + 1)):
+                    await _ask(session, run, q, _until(run.persona, q), with_context)
+            pending += by_session.get(s, [])
+            if s >= last:
                 break  # nothing is asked after this session: its turns would never be searched
     print(
         f"persona {run.number} replayed: {len(run.keys)} episodes, {len(asked)} queries asked, "
@@ -117,6 +125,13 @@ async def replay(run: Run, url: str, engine, limit: int | None, with_context: bo
         file=sys.stderr,
         flush=True,
     )
+
+
+def _until(persona: rm.Persona, q: rm.Query) -> str:
+    """The time bound of a query's search: the start of its session (only earlier sessions count), or the query's
+    own time when it follows the last session."""
+    starts = (t.occurred_at for t in persona.turns if t.key[0] == q.session)
+    return next(starts, q.occurred_at).isoformat()
 
 
 def _stored(run: Run, engine) -> None:  # noqa: ANN001
@@ -253,16 +268,20 @@ def in_block(
     return any(rm.fold(turns[key].text)[:PREFIX] in folded or key in derived for key in q.evidence)
 
 
-def report(runs: list[Run], engine, ingest_s: float | None, with_context: bool) -> None:  # noqa: ANN001
-    """The tables, one per split present (dev = personas 1-5, the tuning split; test = 6-10)."""
+def report(runs: list[Run], engine, ingest_s: float | None, with_context: bool, locomo: bool) -> None:  # noqa: ANN001
+    """The tables, one per split present (dev = personas 1-5, the tuning split; test = 6-10); LoCoMo's in one."""
+    if locomo:
+        print("\n=== LoCoMo (never tuned on) ===")
+        _report(runs, engine, ingest_s, with_context, "LoCoMo samples")
+        return
     for name in ("dev", "test"):
         mine = [r for r in runs if r.number in rm.split(name)]
         if mine:
             print(f"\n=== {name} split ({'tuned on' if name == 'dev' else 'held out'}) ===")
-            _report(mine, engine, ingest_s, with_context)
+            _report(mine, engine, ingest_s, with_context, "RealMem personas")
 
 
-def _report(runs: list[Run], engine, ingest_s: float | None, with_context: bool) -> None:  # noqa: ANN001
+def _report(runs: list[Run], engine, ingest_s: float | None, with_context: bool, title: str) -> None:  # noqa: ANN001
     per_query: dict[str, list] = {"memory_search (hybrid)": [], "rank-bm25": [], "dense (MiniLM)": []}
     blocks, packs = [], []
     for run in runs:
@@ -278,7 +297,7 @@ def _report(runs: list[Run], engine, ingest_s: float | None, with_context: bool)
                 packs.append(in_block(q, packed[q.query_id], turns))
     rows = rm.table(per_query)
     print(
-        f"\nRealMem personas {', '.join(str(r.number) for r in runs)}: {len(per_query['rank-bm25'])} queries, "
+        f"\n{title} {', '.join(str(r.number) for r in runs)}: {len(per_query['rank-bm25'])} queries, "
         f"{sum(len(r.keys) for r in runs)} episodes "
         + (
             "stored by an earlier run (--reuse)"
@@ -308,7 +327,7 @@ def single_client(url: str, run: Run, *, rounds: int) -> list[float]:
         out = []
         async with open_session(url, run.token, timeout_s=60) as session:
             for q in (q for _ in range(rounds) for q in run.persona.queries if q.query_id in run.ranked):
-                until = next(t.occurred_at for t in run.persona.turns if t.key[0] == q.session).isoformat()
+                until = _until(run.persona, q)
                 t0 = time.perf_counter()
                 await call_tool(
                     session,
@@ -334,6 +353,12 @@ def main() -> int:
         help="dev = personas 1-5 (tune here), test = 6-10 (report)",
     )
     parser.add_argument("--personas", help="comma-separated persona numbers (1-10), instead of --split")
+    parser.add_argument(
+        "--locomo",
+        metavar="FILE",
+        help="replay LoCoMo's conversations from FILE (its data/locomo10.json; not shipped: CC BY-NC) instead of "
+        "RealMem; --personas then picks samples (1-based); questions are asked after each conversation's last session",
+    )
     parser.add_argument("--limit", type=int, help="at most this many queries per persona (a quick run)")
     parser.add_argument("--workers", type=int, default=2, help="celery worker processes applying the episodes")
     parser.add_argument("--no-context", action="store_true", help="skip memory_context (search only)")
@@ -356,16 +381,21 @@ def main() -> int:
         parser.error("--reuse needs --database-url (the database an earlier run filled)")
     # memory_context has no time bound: over the kept replay it would see the question's own and later sessions
     args.no_context = args.no_context or args.reuse
-    numbers = [int(n) for n in args.personas.split(",")] if args.personas else rm.split(args.split)
+    samples = rm.locomo_samples(args.locomo) if args.locomo else []
+    if args.personas:
+        numbers = [int(n) for n in args.personas.split(",")]
+    else:
+        numbers = list(range(1, len(samples) + 1)) if args.locomo else rm.split(args.split)
     print(reference_line())
     with bench_redis(args.redis_url), bench_engine(args.database_url) as engine:
         runs = []
         with engine.begin() as conn:
             for n in numbers:
-                tenant = f"realmem-{n}"
+                tenant = f"locomo-{n}" if args.locomo else f"realmem-{n}"
                 ensure_tenant(conn, tenant_id=tenant)
                 token = create_token(conn, tenant_id=tenant, name="bench", butlers=[BUTLER], role="butler")[1]
-                runs.append(Run(n, rm.load(n), token, tenant))
+                persona = rm.load_locomo(samples[n - 1]) if args.locomo else rm.load(n)
+                runs.append(Run(n, persona, token, tenant))
         url_db = engine.url.render_as_string(hide_password=False)
         os.environ["MEMORY_BUTLER_CONSOLIDATION__AFTER_APPLY"] = "true" if args.consolidate else "false"
         # No reuse of a query's embedding: every timed search embeds its question (one the front has not seen).
@@ -398,7 +428,7 @@ def main() -> int:
             resolve(run, engine)
         if args.consolidate:
             _learned(runs, engine)
-        report(runs, engine, ingest_s, not args.no_context)
+        report(runs, engine, ingest_s, not args.no_context, bool(args.locomo))
         print(
             f"memory_search via MCP, one client, persona {largest.number} ({len(largest.keys)} episodes, "
             f"{len(latency)} searches): p50 {pct(latency, 50):.1f} ms, p95 {pct(latency, 95):.1f} ms"

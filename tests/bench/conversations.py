@@ -2,7 +2,8 @@
 Real-World Memory-Driven Interaction", arXiv 2601.06966) read as the retrieval benchmark uses it: turns, queries,
 evidence by the dataset README's rule, and the ranking metrics.
 
-Tune on personas 1-5 (alphabetical file order), report 6-10: ``split("dev")`` / ``split("test")``.
+Tune on personas 1-5 (alphabetical file order), report 6-10: ``split("dev")`` / ``split("test")``. LoCoMo's
+conversations (``load_locomo``) are a second set, read from a file the user gives, never tuned on.
 """
 
 from __future__ import annotations
@@ -141,6 +142,51 @@ def _query(turn: dict, answer: list[dict], session: int, points: dict, index: di
         frozenset(sessions),
         when,
     )
+
+
+# --- LoCoMo (a second public conversation set, never tuned on) --------------------------------------------------
+
+# The categories of LoCoMo's questions as its data numbers them; 5 (adversarial: the answer is not in the
+# conversation) is left out, as retrieval evaluations of LoCoMo do.
+LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+
+
+def locomo_samples(path: Path) -> list[dict]:
+    """The samples of LoCoMo's ``locomo10.json`` (snap-research/LoCoMo, CC BY-NC 4.0: not shipped here; the
+    benchmark reads the file the user gives)."""
+    return json.loads(Path(path).read_text())
+
+
+def load_locomo(sample: dict) -> Persona:
+    """One LoCoMo conversation as a persona: every dialogue turn an episode (its image's caption appended, as
+    LoCoMo's own evaluation does), every question of categories 1-4 a query asked after the last session, its
+    evidence the turns its ``D<session>:<turn>`` ids name."""
+    conversation = sample["conversation"]
+    numbers = sorted(int(m.group(1)) for k in conversation if (m := re.fullmatch(r"session_(\d+)", k)))
+    persona = Persona(name=str(sample.get("sample_id", "locomo")))
+    keys, previous = {}, None
+    for i, number in enumerate(numbers):
+        when = datetime.strptime(conversation[f"session_{number}_date_time"], "%I:%M %p on %d %B, %Y")
+        start = when.replace(tzinfo=timezone.utc)
+        start = max(start, previous + timedelta(hours=1)) if previous else start
+        previous = start
+        sid = uuid.uuid5(NAMESPACE, f"locomo:{persona.name}:{number}")
+        for j, t in enumerate(conversation[f"session_{number}"]):
+            text = t["text"] + (f" [shares a photo: {t['blip_caption']}]" if t.get("blip_caption") else "")
+            keys[t["dia_id"]] = (i, j)
+            persona.turns.append(Turn((i, j), str(number), sid, t["speaker"], text, start + timedelta(seconds=j)))
+    asked = previous + timedelta(days=1)
+    for n, qa in enumerate(sample["qa"]):
+        category = LOCOMO_CATEGORIES.get(qa.get("category"))
+        # Some evidence entries hold several ids in one string ("D8:6; D9:17"): every id found counts.
+        evidence = {keys[d] for e in qa.get("evidence", []) for d in re.findall(r"D\d+:\d+", e) if d in keys}
+        if category and evidence:
+            sessions = frozenset(s for s, _ in evidence)
+            query = Query(
+                f"{persona.name}-q{n}", category, qa["question"], len(numbers), frozenset(evidence), sessions, asked
+            )
+            persona.queries.append(query)
+    return persona
 
 
 # --- metrics -------------------------------------------------------------------------------------------------------

@@ -261,6 +261,22 @@ def test_conversation_benchmark_runs_small(empty_database_url):
     assert _table(again) == _table(out), again
 
 
+def test_conversation_benchmark_replays_a_locomo_file(empty_database_url):
+    # LoCoMo's layout (tests/fixtures/locomo_sample.json): questions asked after the last session, through the front
+    out = _run(
+        "bench_conversations.py",
+        *("--locomo", "tests/fixtures/locomo_sample.json", "--database-url", empty_database_url),
+        *("--redis-url", SMALL_BENCH_REDIS_URL),
+    )
+    assert "=== LoCoMo (never tuned on) ===" in out and "LoCoMo samples 1: 2 queries, 5 episodes" in out, out
+    [mine] = [line for line in out.splitlines() if line.startswith("memory_search (hybrid)") and " all " in line]
+    values = [float(x) for x in re.findall(r"\d+\.\d{3}", mine)]
+    # five turns, every one returned: all the evidence is in the top twenty
+    assert len(values) == 7 and values[3] == 1.0, out
+    assert 0 <= _figures(out, "evidence in the block")[0] <= 1, out
+    assert redis_lib.Redis.from_url(SMALL_BENCH_REDIS_URL).dbsize() == 0
+
+
 def _table(out: str) -> list[str]:
     """The benchmark's quality rows (not its timings)."""
     return [line for line in out.splitlines() if line.startswith(("memory_search (hybrid)", "rank-bm25", "dense"))]
