@@ -131,9 +131,12 @@ class RetrievalSettings(_Section):
     # candidates, so a session answering in several turns lifts each of them (0 = off; shared.fusion).
     session_share: float = Field(0.3, ge=0, le=1)
     session_top: int = Field(2, ge=1, le=20)
-    # Each further hit of a session (episodes) or subject+predicate (facts) already listed scores this much less
-    # (multiplied once per earlier hit): the top of a list covers more of what was said. 1 = no diversification.
+    # recall/context: each further hit of a session (episodes) or subject+predicate (facts) already listed scores
+    # this much less (multiplied once per earlier hit): a block covers more of what was said. 1 = no diversification.
     diversity_decay: float = Field(0.92, gt=0, le=1)
+    # memory_search: the same, for its list. 1: ranked by relevance alone - a search asks for the turns that answer,
+    # and the answering turns of one conversation sit together (BENCHMARKS.md, "LoCoMo").
+    search_diversity_decay: float = Field(1.0, gt=0, le=1)
     # recall/context: a rule-based reading of the question (identity, preference, procedure, event) nudges facts
     # against rules and durable facts against passing ones (shared.intent).
     intent_routing: bool = True

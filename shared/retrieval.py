@@ -204,7 +204,7 @@ def _group(kind: str, row: Row) -> tuple[object, ...] | None:
     return ("fact", row["subject"], row["predicate"]) if kind == "fact" else None
 
 
-def _ranked(scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter, *, decay: float = 1.0) -> list[Hit]:
+def _ranked(scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter, *, decay: float) -> list[Hit]:
     """score DESC, then when it happened DESC, then id ASC, then diversified (``decay``, see shared.fusion); Hits
     for the first ``limit`` only.
 
@@ -237,7 +237,10 @@ def search(
     settings = _pool_of_at_least(limit, settings)
     found = _candidates(conn, kinds=types, f=f, query=query, vector=vector, mode=mode, settings=settings)
     return _ranked(
-        [(round(row["relevance"], 6), kind, row) for kind, row in found], limit, f, decay=settings.diversity_decay
+        [(round(row["relevance"], 6), kind, row) for kind, row in found],
+        limit,
+        f,
+        decay=settings.search_diversity_decay,
     )
 
 

@@ -4,6 +4,7 @@ or a butler."""
 
 from __future__ import annotations
 
+import copy
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -164,6 +165,43 @@ def test_a_turn_is_found_through_the_words_of_the_turn_before_it(engine, rt, rea
         "User: How often did you go kayaking?",
         "Assistant: Twice last month, both on Sundays.",
     ]
+
+
+def test_a_search_lists_a_sessions_answering_turns_together_unless_told_to_spread_them(settings, engine, rt, reader):
+    # one session answers in three turns; another mentions the place once
+    t, trip, other = new_tenant(engine), uuid.uuid4(), uuid.uuid4()
+    store(
+        engine,
+        rt,
+        t,
+        [
+            turn("User: the sailing trip to Crete was wonderful", trip, 0),
+            turn("Assistant: sailing around Crete in May is wonderful", trip, 1),
+            turn("User: yes, sailing off Crete, wonderful weather", trip, 2),
+            turn("User: my cousin lives on Crete", other, 3),
+        ],
+    )
+
+    def sessions(of: Reader) -> list[str]:
+        hits = of.search(
+            tenant_id=t,
+            visibility=Visibility(scopes=("global",), butlers=("general",)),
+            query="wonderful sailing trip to Crete",
+            types=["episode"],
+            mode="keyword",
+            limit=4,
+            min_confidence=None,
+        )
+        return ["trip" if h.content != "User: my cousin lives on Crete" else "other" for h in hits]
+
+    # memory_search ranks by relevance alone (retrieval.search_diversity_decay = 1): the session's turns lead
+    assert settings.memory.retrieval.search_diversity_decay == 1
+    assert sessions(reader) == ["trip", "trip", "trip", "other"]
+    # spread over sessions when configured, as recall and context are (retrieval.diversity_decay)
+    spread = settings.memory.retrieval.model_copy(update={"search_diversity_decay": 0.01})
+    spreading = copy.copy(reader)
+    spreading.retrieval = spread
+    assert sessions(spreading) == ["trip", "other", "trip", "trip"]
 
 
 @pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
