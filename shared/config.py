@@ -132,10 +132,11 @@ class RetrievalSettings(_Section):
     session_share: float = Field(0.3, ge=0, le=1)
     session_top: int = Field(2, ge=1, le=20)
     # recall/context: each further hit of a session (episodes) or subject+predicate (facts) already listed scores
-    # this much less (multiplied once per earlier hit): a block covers more of what was said. 1 = no diversification.
-    diversity_decay: float = Field(0.92, gt=0, le=1)
-    # memory_search: the same, for its list. 1: ranked by relevance alone - a search asks for the turns that answer,
-    # and the answering turns of one conversation sit together (BENCHMARKS.md, "LoCoMo").
+    # this much less (multiplied once per earlier hit), so a list covers more of what was said. 1 = no spreading:
+    # the answering turns of one conversation sit together, and spreading them cost the block its evidence on both
+    # conversation sets (BENCHMARKS.md, "LoCoMo"); e.g. 0.92 to spread.
+    diversity_decay: float = Field(1.0, gt=0, le=1)
+    # memory_search: the same, for its list (1: ranked by relevance alone).
     search_diversity_decay: float = Field(1.0, gt=0, le=1)
     # recall/context: a rule-based reading of the question (identity, preference, procedure, event) nudges facts
     # against rules and durable facts against passing ones (shared.intent).

@@ -197,7 +197,7 @@ def test_a_search_lists_a_sessions_answering_turns_together_unless_told_to_sprea
     # memory_search ranks by relevance alone (retrieval.search_diversity_decay = 1): the session's turns lead
     assert settings.memory.retrieval.search_diversity_decay == 1
     assert sessions(reader) == ["trip", "trip", "trip", "other"]
-    # spread over sessions when configured, as recall and context are (retrieval.diversity_decay)
+    # spread over sessions when configured (recall and context have their own: retrieval.diversity_decay)
     spread = settings.memory.retrieval.model_copy(update={"search_diversity_decay": 0.01})
     spreading = copy.copy(reader)
     spreading.retrieval = spread
