@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 from tests.bench import conversations as rm
 from tests.conftest import ROOT
 
-# One conversation in LoCoMo's own layout (a list of samples, as its data/locomo10.json): two sessions, listed out of order, both at
-# the same stated minute; four questions: a temporal one, a multi-hop one whose evidence ids share one string, an
+# One conversation in LoCoMo's own layout (a list of samples, as its data/locomo10.json): two sessions, listed out
+# of order, both at the same stated minute; four questions: a temporal one, a multi-hop one whose evidence ids share one string, an
 # adversarial one (category 5) and one whose evidence names no turn.
 SAMPLE = ROOT / "tests" / "fixtures" / "locomo_sample.json"
 
@@ -17,7 +17,7 @@ def test_a_locomo_conversation_becomes_turns_in_session_order_and_queries_asked_
     [sample] = rm.locomo_samples(SAMPLE)
     persona = rm.load_locomo(sample)
     assert [t.key for t in persona.turns] == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)]
-    assert [t.content for t in persona.turns][1] == "Ana: I adopted a dog yesterday."
+    assert persona.turns[1].content == "Ana: I adopted a dog yesterday."
     assert persona.turns[4].content == "Ana: We got a cat too! [shares a photo: a cat on a sofa]"
     start = datetime(2023, 5, 9, 10, tzinfo=timezone.utc)
     # strictly increasing times: the second session (same stated minute) starts an hour after the first
