@@ -122,7 +122,9 @@ class RetrievalSettings(_Section):
     # The defaults were chosen on the conversation dev split (BENCHMARKS.md, "Conversation retrieval").
     fusion: Literal["value", "rrf"] = "value"
     semantic_weight: SemanticWeights = SemanticWeights()
-    keyword_exponent: float = Field(2.0, ge=1, le=4)  # >1: a partial keyword match is weak evidence
+    # The BM25 share is raised to this power: >1 discounts partial keyword matches. 1 (the share as it is) was chosen
+    # on RealMem dev and LoCoMo 1-5, and held on RealMem 6-10 and LoCoMo 6-10 (BENCHMARKS.md, "keyword exponent").
+    keyword_exponent: float = Field(1.0, ge=1, le=4)
     bm25_k1: float = Field(0.6, gt=0, le=3)  # term-frequency saturation: chat turns are short, saturate early
     bm25_b: float = Field(0.3, ge=0, le=1)  # length normalisation: long assistant turns are not penalised much
     # What a query term found in an episode's preceding turn counts for (1 = as in the episode itself).
