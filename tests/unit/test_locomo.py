@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 from tests.bench import conversations as rm
 from tests.conftest import ROOT
 
-# One conversation in LoCoMo's own layout (a list of samples, as its data/locomo10.json): two sessions, listed out
-# of order, both at the same stated minute; four questions: a temporal one, a multi-hop one whose evidence ids share one string, an
-# adversarial one (category 5) and one whose evidence names no turn.
+# One conversation in LoCoMo's own layout (a list of samples, as its data/locomo10.json): two sessions, listed out of
+# order, both at the same stated minute; four questions: a temporal one, a multi-hop one whose evidence ids share one
+# string, an adversarial one (category 5) and one whose evidence names no turn.
 SAMPLE = ROOT / "tests" / "fixtures" / "locomo_sample.json"
 
 
