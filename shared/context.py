@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 
@@ -26,6 +26,9 @@ TITLES = {
     "episodes": "### Recent Context (Episodes)",
 }
 MAX_LINE_TOKENS = 160  # one memory never crowds out the rest of its section
+# Lines are made this many at a time as a section is taken (their annotations counted in one call): a block holds
+# only a few of a section's candidates when they are long (conversation turns), so most lines are never made.
+LINE_CHUNK = 8
 
 CountTokens = Callable[[Sequence[str]], list[int]]  # token counts of many texts, in one call
 
@@ -134,7 +137,7 @@ def build(
         "episodes": quotas.episodes,
     }
     total_share = sum(share.values()) or 1.0
-    sections = {name: _section(hits, TITLES[name], count, now) for name, hits in candidates.items()}
+    sections = {name: _Section(TITLES[name], hits, count, now) for name, hits in candidates.items()}
     tokens = count([HEADER])[0]
     used = tokens + 1
     carry = 0
@@ -146,7 +149,7 @@ def build(
         spent, added = section.take(budget - used)
         used, tokens = used + spent, tokens + added
     included = {name: [str(hit.id) for hit, _, _ in s.lines[: s.taken]] for name, s in sections.items() if s.taken}
-    dropped = sum(len(s.lines) - s.taken for s in sections.values())
+    dropped = sum(len(s.hits) - s.taken for s in sections.values())
     if not included:
         return ContextBlock(text="", tokens=0, included={}, dropped=dropped)
     lines = [HEADER]
@@ -158,13 +161,25 @@ def build(
 
 @dataclass
 class _Section:
-    """One section's candidate lines in rank order, with their token counts; the first ``taken`` are in the block."""
+    """One section's candidates in rank order; their lines (text, tokens) are made as the section is taken, and the
+    first ``taken`` are in the block."""
 
     title: str
-    title_tokens: int
-    lines: list[tuple[Hit, str, int]]
+    hits: Sequence[Hit]
     count: CountTokens
+    now: datetime
+    title_tokens: int = 0
+    lines: list[tuple[Hit, str, int]] = field(default_factory=list)
     taken: int = 0
+
+    def __post_init__(self) -> None:
+        if self.hits:
+            self.title_tokens = self.count([self.title])[0]
+
+    def _line(self, n: int) -> tuple[Hit, str, int]:
+        if n == len(self.lines):
+            self.lines += _lines(self.hits[n : n + LINE_CHUNK], self.count, self.now)
+        return self.lines[n]
 
     def take(self, allowance: int) -> tuple[int, int]:
         """Add lines in rank order while they fit in ``allowance``: (budget spent with line-break margins, tokens).
@@ -174,8 +189,8 @@ class _Section:
         tokens = self.title_tokens if first else 0
         spent = tokens + 2 if first else 0
         n = self.taken
-        while n < len(self.lines):
-            hit, line, cost = self.lines[n]
+        while n < len(self.hits):
+            hit, line, cost = self._line(n)
             if cost > MAX_LINE_TOKENS:  # clipped only when reached: clipping counts the line again
                 line = _clip(line, self.count, MAX_LINE_TOKENS)
                 cost = self.count([line])[0]
@@ -189,19 +204,17 @@ class _Section:
         return spent, tokens
 
 
-def _section(hits: Sequence[Hit], title: str, count: CountTokens, now: datetime) -> _Section:
-    """Every candidate's line and token count: the annotations and title counted in one call, each content from
-    its stored count where it has one."""
-    if not hits:
-        return _Section(title, 0, [], count)
+def _lines(hits: Sequence[Hit], count: CountTokens, now: datetime) -> list[tuple[Hit, str, int]]:
+    """Each hit's line and token count: the annotations counted in one call, each content from its stored count
+    where it has one."""
     parts = [_parts(hit, now) for hit in hits]
-    texts = [title] + [
+    texts = [
         p
         for (before, content, after), hit in zip(parts, hits)
         for p in ((before, after) if hit.content_tokens is not None else (before, content, after))
     ]
     counted = dict(zip(texts, count(texts)))
-    lines = [
+    return [
         (
             hit,
             _join(before, content, after),
@@ -211,4 +224,3 @@ def _section(hits: Sequence[Hit], title: str, count: CountTokens, now: datetime)
         )
         for hit, (before, content, after) in zip(hits, parts)
     ]
-    return _Section(title, counted[title], lines, count)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.config import SectionQuotas
-from shared.context import MAX_LINE_TOKENS, age, build, line_for
+from shared.context import LINE_CHUNK, MAX_LINE_TOKENS, age, build, line_for
 from shared.schemas import Hit
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -122,6 +122,24 @@ def test_the_block_never_exceeds_its_budget_and_keeps_rank_order(
     for section, chosen in block.included.items():
         assert chosen == [str(h.id) for h in ranked[section][: len(chosen)]], section
     assert block.dropped == n_facts + n_rules + n_warnings + n_episodes - sum(map(len, block.included.values()))
+
+
+def test_only_the_lines_a_block_reaches_are_made():
+    """Fifty long episodes and room for a few: the rest are never made into lines (their contents never counted),
+    yet they are counted as dropped."""
+    seen: set[str] = set()
+
+    def counting(texts: Sequence[str]) -> list[int]:
+        seen.update(texts)
+        return words(texts)
+
+    episodes = hits("episode", 50, length=100)
+    block = build(facts=[], rules=[], episodes=episodes, budget=400, quotas=SectionQuotas(), count=counting, now=NOW)
+    shown = len(ids(block, "episodes"))
+    assert 0 < shown < LINE_CHUNK
+    assert block.dropped == 50 - shown
+    made = {h.content for h in episodes} & seen
+    assert made == {h.content for h in episodes[:LINE_CHUNK]}
 
 
 def test_a_fact_line_names_its_subject_when_its_content_does_not():
