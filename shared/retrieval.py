@@ -284,18 +284,19 @@ def context_sections(
         recent=recent,
     )
     newest = [row for kind, row in found if kind == "recent"]
-    found = [(kind, row) for kind, row in found if kind != "recent"]
-    pool: dict[str, list[tuple[float, str, Row]]] = {"fact": [], "rule": [], "episode": []}
+    matched = [row for kind, row in found if kind == "episode"]
+    found = [(kind, row) for kind, row in found if kind in ("fact", "rule")]
+    pool: dict[str, list[tuple[float, str, Row]]] = {"fact": [], "rule": []}
     limit = settings.candidate_pool
     best = {kind: max((r["relevance"] for k, r in found if k == kind), default=0.0) for kind in pool}
     intent = _intent(topic, settings)
     for kind, row in found:
         pool[kind].append((_score(kind, row, best=best[kind], f=f, settings=settings, intent=intent), kind, row))
-    seen = {row["id"] for _, _, row in pool["episode"]}
+    seen = {row["id"] for row in matched}
     share = settings.context_episode_recency
     episodes = [
         (round((1 - share) * row["relevance"] + share * _recency(row, f, settings), 6), "episode", row)
-        for row in [r for _, _, r in pool["episode"]] + [r for r in newest if r["id"] not in seen]
+        for row in matched + [r for r in newest if r["id"] not in seen]
     ]
     return {
         "fact": _ranked(pool["fact"], limit, f, decay=settings.diversity_decay),
