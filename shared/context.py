@@ -106,6 +106,7 @@ class ContextBlock:
     tokens: int
     included: dict[str, list[str]]  # section -> ids, in order
     dropped: int
+    shown: tuple[Hit, ...] = ()  # the memories in the block, section by section
 
 
 def build(
@@ -128,7 +129,7 @@ def build(
         "facts": list(facts),
         "rules": [r for r in rules if r.maturity != "anti_pattern"],
         "warnings": [r for r in rules if r.maturity == "anti_pattern"],
-        "episodes": list(episodes),
+        "episodes": episodes,
     }
     share = {
         "facts": quotas.facts,
@@ -156,7 +157,8 @@ def build(
     for name in included:
         section = sections[name]
         lines += ["", section.title, *(line for _, line, _ in section.lines[: section.taken])]
-    return ContextBlock(text="\n".join(lines), tokens=tokens, included=included, dropped=dropped)
+    shown = tuple(hit for s in sections.values() for hit, _, _ in s.lines[: s.taken])
+    return ContextBlock(text="\n".join(lines), tokens=tokens, included=included, dropped=dropped, shown=shown)
 
 
 @dataclass

@@ -255,8 +255,9 @@ class Reader:
                 recent=self.retrieval.context_recent_episodes,
                 settings=self.retrieval,
             )
-            found["fact"] = self._open(conn, tenant_id, found["fact"], open_sealed)
-        telemetry.observe_read("memory_context", [h for kind in ("fact", "rule", "episode") for h in found[kind]])
+            found["fact"] = self._open(conn, tenant_id, list(found["fact"]), open_sealed)
+        # The top of each kind is what the quality proxies read; the rest of the episodes need not be made.
+        telemetry.observe_read("memory_context", [*found["fact"], *found["rule"], *found["episode"][: telemetry.TOP_K]])
         block = context_builder.build(
             facts=found["fact"],
             rules=found["rule"],
@@ -266,9 +267,8 @@ class Reader:
             count=self._count,
             now=now,
         )
-        included = {i for ids in block.included.values() for i in ids}
         # Shown, not used: counted, but recency is left alone (see shared.references.flush_bumps).
-        self._bump([h for hits in found.values() for h in hits if str(h.id) in included], recent=False)
+        self._bump(block.shown, recent=False)
         return block
 
     def get(

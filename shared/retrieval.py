@@ -12,7 +12,7 @@ Candidates are scored as plain rows; a :class:`Hit` is built only for the rows a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import Connection
 
@@ -204,16 +204,47 @@ def _group(kind: str, row: Row) -> tuple[object, ...] | None:
     return ("fact", row["subject"], row["predicate"]) if kind == "fact" else None
 
 
-def _ranked(scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter, *, decay: float) -> list[Hit]:
-    """score DESC, then when it happened DESC, then id ASC, then diversified (``decay``, see shared.fusion); Hits
-    for the first ``limit`` only.
+def _ordered(scored: Sequence[tuple[float, str, Row]], limit: int, *, decay: float) -> list[tuple[float, str, Row]]:
+    """score DESC, then when it happened DESC, then id ASC, then diversified (``decay``, see shared.fusion); the
+    first ``limit``.
 
     A UUID's 128-bit value orders as its text does, and as PostgreSQL's uuid type."""
     ranked = sorted(scored, key=lambda t: t[2]["id"].int)
     ranked.sort(key=lambda t: t[2]["occurred_at"] or t[2]["created_at"], reverse=True)
     ranked.sort(key=lambda t: t[0], reverse=True)
-    ranked = diversify(ranked, score=lambda t: t[0], group=lambda t: _group(t[1], t[2]), decay=decay, limit=limit)
-    return [_hit(kind, row, score=score, f=f) for score, kind, row in ranked]
+    return diversify(ranked, score=lambda t: t[0], group=lambda t: _group(t[1], t[2]), decay=decay, limit=limit)
+
+
+def _ranked(scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter, *, decay: float) -> list[Hit]:
+    """Hits for the first ``limit`` in :func:`_ordered`'s order."""
+    return [_hit(kind, row, score=score, f=f) for score, kind, row in _ordered(scored, limit, decay=decay)]
+
+
+class LazyHits(Sequence[Hit]):
+    """Ranked candidates whose Hits are made when first read: a block shows only a few of its episode candidates."""
+
+    def __init__(self, ranked: list[tuple[float, str, Row]], f: Filter) -> None:
+        self._ranked = ranked
+        self._f = f
+        self._made: list[Hit | None] = [None] * len(ranked)
+
+    def __len__(self) -> int:
+        return len(self._ranked)
+
+    @overload
+    def __getitem__(self, i: int) -> Hit: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Hit]: ...
+
+    def __getitem__(self, i: int | slice) -> Hit | list[Hit]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        hit = self._made[i]
+        if hit is None:
+            score, kind, row = self._ranked[i]
+            hit = self._made[i] = _hit(kind, row, score=score, f=self._f)
+        return hit
 
 
 def _pool_of_at_least(limit: int, settings: RetrievalSettings) -> RetrievalSettings:
@@ -269,7 +300,7 @@ def recall(
 
 def context_sections(
     conn: Connection, *, f: Filter, topic: str, vector: Vector, recent: int, settings: RetrievalSettings
-) -> dict[str, list[Hit]]:
+) -> dict[str, Sequence[Hit]]:
     """memory_context's candidates, each section from its own pool (so a tenant with many facts still sees its
     rules): facts and rules by composite score; episodes by relevance to the topic with a recency share, the
     ``recent`` newest among them (they carry the conversation so far even when they match nothing)."""
@@ -301,7 +332,7 @@ def context_sections(
     return {
         "fact": _ranked(pool["fact"], limit, f, decay=settings.diversity_decay),
         "rule": _ranked(pool["rule"], limit, f, decay=settings.diversity_decay),
-        "episode": _ranked(episodes, limit, f, decay=settings.diversity_decay),
+        "episode": LazyHits(_ordered(episodes, limit, decay=settings.diversity_decay), f),
     }
 
 

@@ -7,11 +7,14 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shared.candidates import Filter
 from shared.config import SectionQuotas
 from shared.context import LINE_CHUNK, MAX_LINE_TOKENS, age, build, line_for
+from shared.retrieval import LazyHits
 from shared.schemas import Hit
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -140,6 +143,34 @@ def test_only_the_lines_a_block_reaches_are_made():
     assert block.dropped == 50 - shown
     made = {h.content for h in episodes} & seen
     assert made == {h.content for h in episodes[:LINE_CHUNK]}
+
+
+def test_a_block_over_lazy_hits_makes_only_the_hits_it_shows():
+    """memory_context's episodes come as LazyHits: a candidate's Hit is made when the block reaches it. Rows past
+    the first chunk here cannot be made at all (no content), and the block is still built and counts them."""
+
+    def row(i: int) -> dict:
+        return {
+            "id": uuid.UUID(int=i),
+            "relevance": 0.5,
+            "created_at": NOW - timedelta(hours=i + 1),
+            "occurred_at": None,
+            "importance": 5.0,
+            "content_tokens": None,
+            **{name: None for name in ("session_id", "scope", "butler", "subject", "predicate", "permanence")},
+            **{name: None for name in ("validity", "maturity", "effectiveness_score", "last_confirmed_at")},
+            "last_referenced_at": NOW,
+        } | ({"content": " ".join([f"turn{i}"] * 100)} if i < LINE_CHUNK else {})
+
+    f = Filter(tenant_id="t", scopes=None, butlers=None, min_confidence=None, now=NOW)
+    episodes = LazyHits([(1.0 - i / 100, "episode", row(i)) for i in range(50)], f)
+    block = build(facts=[], rules=[], episodes=episodes, budget=400, quotas=SectionQuotas(), count=words, now=NOW)
+    assert 0 < len(block.shown) < LINE_CHUNK
+    assert ids(block, "episodes") == [str(uuid.UUID(int=i)) for i in range(len(block.shown))]
+    assert block.dropped == 50 - len(block.shown)
+    assert [h.id for h in episodes[:2]] == [uuid.UUID(int=0), uuid.UUID(int=1)]
+    with pytest.raises(KeyError):
+        episodes[-1]  # never made: its row has no content
 
 
 def test_a_fact_line_names_its_subject_when_its_content_does_not():
