@@ -16,7 +16,9 @@ turns: rank-bm25 (BM25Okapi, lower-cased word tokens, no stemming) and dense (co
 MiniLM embedding). "In block" is the share of queries with an evidence turn's first 60 characters (whitespace-folded)
 in the memory_context block, beside rank-bm25's top turns packed into the same 1,000 tokens (the model's tokenizer).
 Then a single client repeats the largest persona's searches three times over on the idle stack for memory_search
-p50/p95 (the front reuses no query embedding in this run: each timed search embeds its question).
+p50/p95 (the front reuses no query embedding in this run: each timed search embeds its question), asks the same
+questions of memory_context (over every session: latency and cost, not scored), and prints the front process's CPU
+per call of each pass: what a conversation tenant's read costs the front.
 
 With --database-url D the replay is kept in D; --reuse then asks the searches again over it without storing
 anything (a few minutes instead of half an hour), e.g. to compare retrieval settings given as
@@ -50,6 +52,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import psutil
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -319,29 +322,31 @@ def _report(runs: list[Run], engine, ingest_s: float | None, with_context: bool,
         )
 
 
-def single_client(url: str, run: Run, *, rounds: int) -> list[float]:
-    """The persona's searches again (those asked, ``rounds`` times over), one client, idle stack: memory_search
-    latency through MCP."""
+def single_client(url: str, run: Run, *, rounds: int, front: psutil.Process) -> dict[str, tuple[list[float], float]]:
+    """The persona's questions again (those asked, ``rounds`` times over), one client, idle stack: per tool
+    (memory_search, then memory_context over the whole replay), the latencies through MCP and the front's CPU
+    milliseconds per call."""
 
-    async def go() -> list[float]:
+    def arguments(tool: str, q: rm.Query) -> dict:
+        if tool == "memory_search":
+            return {"query": q.text, "types": ["episode"], "limit": 20, "until": _until(run.persona, q)}
+        return {"trigger_prompt": q.text, "butler": BUTLER, "token_budget": BUDGET}
+
+    async def go(tool: str) -> tuple[list[float], float]:
         out = []
         async with open_session(url, run.token, timeout_s=60) as session:
+            cpu = sum(front.cpu_times()[:2])
             for q in (q for _ in range(rounds) for q in run.persona.queries if q.query_id in run.ranked):
-                until = _until(run.persona, q)
                 t0 = time.perf_counter()
-                await call_tool(
-                    session,
-                    "memory_search",
-                    {"query": q.text, "types": ["episode"], "limit": 20, "until": until},
-                    timeout_s=60,
-                )
+                await call_tool(session, tool, arguments(tool, q), timeout_s=60)
                 out.append(time.perf_counter() - t0)
-        return out
+            cpu = sum(front.cpu_times()[:2]) - cpu
+        return out, 1000 * cpu / max(1, len(out))
 
     # This process holds every persona's turns and the baselines' indexes: out of its collector's sight, so a full
     # collection here (100+ ms) is not timed as a search.
     heap.settle()
-    return asyncio.run(go())
+    return {tool: asyncio.run(go(tool)) for tool in ("memory_search", "memory_context")}
 
 
 def main() -> int:
@@ -418,7 +423,7 @@ def main() -> int:
             asyncio.run(_all(runs, url, engine, args.limit, not args.no_context, rewake))
             ingest_s = None if args.reuse else time.perf_counter() - t0
             largest = max(runs, key=lambda r: len(r.persona.turns))
-            latency = single_client(url, largest, rounds=LATENCY_ROUNDS)
+            timed = single_client(url, largest, rounds=LATENCY_ROUNDS, front=psutil.Process(front.pid))
         finally:
             for proc in (front, *workers):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -429,9 +434,18 @@ def main() -> int:
         if args.consolidate:
             _learned(runs, engine)
         report(runs, engine, ingest_s, not args.no_context, bool(args.locomo))
+        searches, blocks = timed["memory_search"][0], timed["memory_context"][0]
         print(
             f"memory_search via MCP, one client, persona {largest.number} ({len(largest.keys)} episodes, "
-            f"{len(latency)} searches): p50 {pct(latency, 50):.1f} ms, p95 {pct(latency, 95):.1f} ms"
+            f"{len(searches)} searches): p50 {pct(searches, 50):.1f} ms, p95 {pct(searches, 95):.1f} ms"
+        )
+        print(
+            f"memory_context via MCP, one client, the same questions (token_budget {BUDGET}, every session visible, "
+            f"{len(blocks)} blocks): p50 {pct(blocks, 50):.1f} ms, p95 {pct(blocks, 95):.1f} ms"
+        )
+        print(
+            "front CPU per call in these passes (each question embedded anew): "
+            + ", ".join(f"{tool} {cpu:.2f} ms" for tool, (_, cpu) in timed.items())
         )
     return 0
 

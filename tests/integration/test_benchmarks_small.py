@@ -253,6 +253,10 @@ def test_conversation_benchmark_runs_small(empty_database_url):
     assert len(shares) >= 2 and all(0 <= s <= 1 for s in shares[:2]), out
     p50, p95 = _figures(out, "memory_search via MCP", r"\d+\.\d")[-2:]
     assert 0 < p50 <= p95, out
+    p50, p95 = _figures(out, "memory_context via MCP", r"\d+\.\d")[-2:]
+    assert 0 < p50 <= p95, out
+    search_cpu, context_cpu = _figures(out, "front CPU per call in these passes")
+    assert 0 < search_cpu < 1000 and 0 < context_cpu < 1000, out
     assert redis_lib.Redis.from_url(SMALL_BENCH_REDIS_URL).dbsize() == 0
     # --reuse asks the same searches over the kept replay: nothing stored again, the same rankings
     again = _run("bench_conversations.py", *small, "--reuse")
