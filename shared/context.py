@@ -106,7 +106,8 @@ class ContextBlock:
     tokens: int
     included: dict[str, list[str]]  # section -> ids, in order
     dropped: int
-    shown: tuple[Hit, ...] = ()  # the memories in the block, section by section
+    # The memories in the block, section by section (for the reference bumps; not part of what the block is).
+    shown: tuple[Hit, ...] = field(default=(), compare=False, repr=False)
 
 
 def build(
