@@ -138,8 +138,11 @@ class RetrievalSettings(_Section):
     # the answering turns of one conversation sit together, and spreading them cost the block its evidence on both
     # conversation sets (BENCHMARKS.md, "LoCoMo"); e.g. 0.92 to spread.
     diversity_decay: float = Field(1.0, gt=0, le=1)
-    # memory_search: the same, for its list (1: ranked by relevance alone).
-    search_diversity_decay: float = Field(1.0, gt=0, le=1)
+    # memory_search: the same for its list, below its first search_diversity_head hits, which keep their relevance
+    # order: the head holds the answering turns, the rest of a long list reaches more sessions. Chosen on RealMem dev
+    # (BENCHMARKS.md, "A list's tail"); decay 1 or a head >= the limit rank by relevance alone.
+    search_diversity_decay: float = Field(0.8, gt=0, le=1)
+    search_diversity_head: int = Field(10, ge=0, le=200)
     # recall/context: a rule-based reading of the question (identity, preference, procedure, event) nudges facts
     # against rules and durable facts against passing ones (shared.intent).
     intent_routing: bool = True

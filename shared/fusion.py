@@ -59,19 +59,30 @@ def share_sessions(
 
 
 def diversify(
-    items: Sequence[T], *, score: Callable[[T], float], group: Callable[[T], Hashable | None], decay: float, limit: int
+    items: Sequence[T],
+    *,
+    score: Callable[[T], float],
+    group: Callable[[T], Hashable | None],
+    decay: float,
+    limit: int,
+    head: int = 0,
 ) -> list[T]:
     """The first ``limit`` of ``items`` (given best first, scores >= 0) re-ranked greedily by ``score * decay ** shown`` where
     ``shown`` counts the items of the same group already taken (None = no group). ``decay`` 1 keeps the order.
 
+    The first ``head`` items keep their places (and count as shown): the top of the list stays the best matches,
+    and only what follows it is spread over groups.
+
     Ties keep the given order, so the result is deterministic for a deterministic input."""
     if not 0 < decay <= 1:
         raise ValueError(f"decay must be in (0, 1], got {decay}")
-    if decay == 1:
+    if head < 0:
+        raise ValueError(f"head must be at least 0, got {head}")
+    if decay == 1 or head >= limit:
         return list(items[:limit])
-    pool = list(items)
-    shown: Counter[Hashable] = Counter()
-    out: list[T] = []
+    out = list(items[:head])
+    pool = list(items[head:])
+    shown: Counter[Hashable] = Counter(g for g in map(group, out) if g is not None)
     while pool and len(out) < limit:
         best_i, best = 0, float("-inf")
         for i, item in enumerate(pool):

@@ -204,20 +204,26 @@ def _group(kind: str, row: Row) -> tuple[object, ...] | None:
     return ("fact", row["subject"], row["predicate"]) if kind == "fact" else None
 
 
-def _ordered(scored: Sequence[tuple[float, str, Row]], limit: int, *, decay: float) -> list[tuple[float, str, Row]]:
-    """score DESC, then when it happened DESC, then id ASC, then diversified (``decay``, see shared.fusion); the
-    first ``limit``.
+def _ordered(
+    scored: Sequence[tuple[float, str, Row]], limit: int, *, decay: float, head: int = 0
+) -> list[tuple[float, str, Row]]:
+    """score DESC, then when it happened DESC, then id ASC, then diversified below the first ``head`` (``decay``,
+    see shared.fusion); the first ``limit``.
 
     A UUID's 128-bit value orders as its text does, and as PostgreSQL's uuid type."""
     ranked = sorted(scored, key=lambda t: t[2]["id"].int)
     ranked.sort(key=lambda t: t[2]["occurred_at"] or t[2]["created_at"], reverse=True)
     ranked.sort(key=lambda t: t[0], reverse=True)
-    return diversify(ranked, score=lambda t: t[0], group=lambda t: _group(t[1], t[2]), decay=decay, limit=limit)
+    return diversify(
+        ranked, score=lambda t: t[0], group=lambda t: _group(t[1], t[2]), decay=decay, limit=limit, head=head
+    )
 
 
-def _ranked(scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter, *, decay: float) -> list[Hit]:
+def _ranked(
+    scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter, *, decay: float, head: int = 0
+) -> list[Hit]:
     """Hits for the first ``limit`` in :func:`_ordered`'s order."""
-    return [_hit(kind, row, score=score, f=f) for score, kind, row in _ordered(scored, limit, decay=decay)]
+    return [_hit(kind, row, score=score, f=f) for score, kind, row in _ordered(scored, limit, decay=decay, head=head)]
 
 
 class LazyHits(Sequence[Hit]):
@@ -272,6 +278,7 @@ def search(
         limit,
         f,
         decay=settings.search_diversity_decay,
+        head=settings.search_diversity_head,
     )
 
 

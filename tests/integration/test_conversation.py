@@ -167,7 +167,9 @@ def test_a_turn_is_found_through_the_words_of_the_turn_before_it(engine, rt, rea
     ]
 
 
-def test_a_search_lists_a_sessions_answering_turns_together_unless_told_to_spread_them(settings, engine, rt, reader):
+def test_a_search_lists_a_sessions_answering_turns_together_and_spreads_only_below_its_head(
+    settings, engine, rt, reader
+):
     # one session answers in three turns; another mentions the place once
     t, trip, other = new_tenant(engine), uuid.uuid4(), uuid.uuid4()
     store(
@@ -194,14 +196,33 @@ def test_a_search_lists_a_sessions_answering_turns_together_unless_told_to_sprea
         )
         return ["trip" if h.content != "User: my cousin lives on Crete" else "other" for h in hits]
 
-    # memory_search ranks by relevance alone (retrieval.search_diversity_decay = 1): the session's turns lead
-    assert settings.memory.retrieval.search_diversity_decay == 1
+    def with_settings(**update: object) -> Reader:
+        of = copy.copy(reader)
+        of.retrieval = settings.memory.retrieval.model_copy(update=update)
+        return of
+
+    # memory_search's head ranks by relevance alone (retrieval.search_diversity_head, 10): the session's turns lead
+    assert settings.memory.retrieval.search_diversity_head >= 4
     assert sessions(reader) == ["trip", "trip", "trip", "other"]
-    # spread over sessions when configured (recall and context have their own: retrieval.diversity_decay)
-    spread = settings.memory.retrieval.model_copy(update={"search_diversity_decay": 0.01})
-    spreading = copy.copy(reader)
-    spreading.retrieval = spread
-    assert sessions(spreading) == ["trip", "other", "trip", "trip"]
+    # below its head, a list spreads over sessions (recall and context have their own: retrieval.diversity_decay)
+    assert sessions(with_settings(search_diversity_head=1, search_diversity_decay=0.01)) == [
+        "trip",
+        "other",
+        "trip",
+        "trip",
+    ]
+    assert sessions(with_settings(search_diversity_head=2, search_diversity_decay=0.01))[:3] == [
+        "trip",
+        "trip",
+        "other",
+    ]
+    # and decay 1 never spreads
+    assert sessions(with_settings(search_diversity_head=0, search_diversity_decay=1.0)) == [
+        "trip",
+        "trip",
+        "trip",
+        "other",
+    ]
 
 
 @pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])

@@ -51,19 +51,31 @@ def test_diversify_lets_another_session_in_before_a_session_repeats_itself():
     assert diversify(items, score=lambda t: t[1], group=lambda t: None, decay=0.1, limit=5) == items
 
 
+def test_diversify_below_a_head_keeps_the_head_and_counts_it_as_shown():
+    items = [("a", 1.0), ("a", 0.95), ("a", 0.9), ("b", 0.8), ("c", 0.5)]
+    # the two best keep their places; the third of a (0.9 * 0.5 ** 2) then yields to b and c
+    out = diversify(items, score=lambda t: t[1], group=lambda t: t[0], decay=0.5, limit=5, head=2)
+    assert out == [("a", 1.0), ("a", 0.95), ("b", 0.8), ("c", 0.5), ("a", 0.9)]
+    assert diversify(items, score=lambda t: t[1], group=lambda t: t[0], decay=0.5, limit=3, head=3) == items[:3]
+    with pytest.raises(ValueError, match="head"):
+        diversify(items, score=lambda t: t[1], group=lambda t: t[0], decay=0.5, limit=3, head=-1)
+
+
 @props
 @given(
     scores=st.lists(unit, min_size=1, max_size=30),
     groups=st.lists(st.integers(0, 4), min_size=30, max_size=30),
     decay=st.floats(min_value=0.05, max_value=1),
     limit=st.integers(1, 40),
+    head=st.integers(0, 12),
 )
-def test_diversify_returns_a_prefix_sized_permutation_and_keeps_the_best_first(scores, groups, decay, limit):
+def test_diversify_returns_a_prefix_sized_permutation_and_keeps_the_best_first(scores, groups, decay, limit, head):
     items = sorted(zip(scores, groups[: len(scores)], range(len(scores))), key=lambda t: -t[0])
-    out = diversify(items, score=lambda t: t[0], group=lambda t: t[1], decay=decay, limit=limit)
+    out = diversify(items, score=lambda t: t[0], group=lambda t: t[1], decay=decay, limit=limit, head=head)
     assert len(out) == min(limit, len(items))
     assert len(set(out)) == len(out) and set(out) <= set(items)
     assert out[0] == items[0]
+    assert out[: min(head, limit)] == items[: min(head, limit)]
 
 
 def test_a_session_answering_in_several_turns_lifts_them_over_a_lone_turn_of_the_same_strength():
