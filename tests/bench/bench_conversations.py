@@ -48,7 +48,7 @@ import re
 import signal
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +86,7 @@ class Run:
         self.blocks: dict[str, str] = {}
         self.included: dict[str, set[str]] = {}
         self.search_s: list[float] = []
+        self.degraded: Counter[str] = Counter()  # answers the front gave up on (fail open): empty, counted as misses
         self.derived: dict[str, tuple[int, int]] = {}  # fact/rule id -> the turn it was learned from
 
 
@@ -199,6 +200,7 @@ async def _ask(session, run: Run, q: rm.Query, until: str, with_context: bool) -
     t0 = time.perf_counter()
     body = await call_tool(session, "memory_search", args, timeout_s=60)
     run.search_s.append(time.perf_counter() - t0)
+    run.degraded["memory_search"] += body["degraded"]
     run.ranked[q.query_id] = [h["id"] for h in body["results"]]  # turned into turn keys by resolve()
     if with_context:
         body = await call_tool(
@@ -207,6 +209,7 @@ async def _ask(session, run: Run, q: rm.Query, until: str, with_context: bool) -
             {"trigger_prompt": q.text, "butler": BUTLER, "token_budget": BUDGET},
             timeout_s=60,
         )
+        run.degraded["memory_context"] += body["degraded"]
         run.blocks[q.query_id] = body["context"]
         run.included[q.query_id] = {i for ids in body["included"].values() for i in ids}
 
@@ -314,6 +317,11 @@ def _report(runs: list[Run], engine, ingest_s: float | None, with_context: bool,
     overall = {system: m for system, category, _, m in rows if category == "all"}
     mine, base = overall["memory_search (hybrid)"], overall["rank-bm25"]
     print("ratio to rank-bm25 (all): " + ", ".join(f"{k} {mine[k] / base[k]:.2f}x" for k in rm.METRICS if base[k]))
+    degraded = sum((r.degraded for r in runs), Counter())
+    print(
+        "degraded answers (empty, counted as misses): "
+        + ", ".join(f"{tool} {degraded[tool]}" for tool in ("memory_search", "memory_context")[: 1 + with_context])
+    )
     if with_context:
         share, packed = sum(blocks) / len(blocks), sum(packs) / len(packs)
         print(

@@ -251,6 +251,8 @@ def test_conversation_benchmark_runs_small(empty_database_url):
             assert values[0] <= values[1] <= values[2] <= values[3], row
     shares = _figures(out, "evidence in the block")
     assert len(shares) >= 2 and all(0 <= s <= 1 for s in shares[:2]), out
+    # no answer was given up on: an empty degraded answer would pass for a miss
+    assert out.count("degraded answers (empty, counted as misses): memory_search 0, memory_context 0") == 2, out
     p50, p95 = _figures(out, "memory_search via MCP", r"\d+\.\d")[-2:]
     assert 0 < p50 <= p95, out
     p50, p95 = _figures(out, "memory_context via MCP", r"\d+\.\d")[-2:]
