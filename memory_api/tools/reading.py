@@ -69,9 +69,10 @@ async def memory_search(
     until: Until | None = None,
     request_context: Lineage | None = None,
 ) -> Hits:
-    """Search memories by meaning and/or keywords across episodes, facts and rules, ranked by relevance. Use it
-    when you need specific past observations or exact terms; for "what should I know about X" prefer
-    memory_recall. Returns scored hits (type, id, content, score, scope/butler, confidence annotations)."""
+    """Search memories by meaning and/or keywords across episodes, facts and rules, ranked by relevance (past the
+    first ten hits, further hits of a session or subject already listed give way to others). Use it when you need
+    specific past observations or exact terms; for "what should I know about X" prefer memory_recall. Returns
+    scored hits (type, id, content, score, scope/butler, confidence annotations)."""
     call = current_call()
     visibility = access.read_visibility(call.principal, scope)
     settings = call.services.settings.memory.retrieval
