@@ -195,20 +195,22 @@ def _wait_applied(engine, tenant: str, rewake, deadline_s: float = 1800) -> None
     raise TimeoutError(f"{tenant}: episodes not applied")
 
 
+def _search_arguments(q: rm.Query, until: str, types: list[str]) -> dict:
+    return {"query": q.text, "types": types, "limit": 20, "until": until}
+
+
+def _context_arguments(q: rm.Query) -> dict:
+    return {"trigger_prompt": q.text, "butler": BUTLER, "token_budget": BUDGET}
+
+
 async def _ask(session, run: Run, q: rm.Query, until: str, with_context: bool) -> None:  # noqa: ANN001
-    args = {"query": q.text, "types": TYPES, "limit": 20, "until": until}
     t0 = time.perf_counter()
-    body = await call_tool(session, "memory_search", args, timeout_s=60)
+    body = await call_tool(session, "memory_search", _search_arguments(q, until, TYPES), timeout_s=60)
     run.search_s.append(time.perf_counter() - t0)
     run.degraded["memory_search"] += body["degraded"]
     run.ranked[q.query_id] = [h["id"] for h in body["results"]]  # turned into turn keys by resolve()
     if with_context:
-        body = await call_tool(
-            session,
-            "memory_context",
-            {"trigger_prompt": q.text, "butler": BUTLER, "token_budget": BUDGET},
-            timeout_s=60,
-        )
+        body = await call_tool(session, "memory_context", _context_arguments(q), timeout_s=60)
         run.degraded["memory_context"] += body["degraded"]
         run.blocks[q.query_id] = body["context"]
         run.included[q.query_id] = {i for ids in body["included"].values() for i in ids}
@@ -337,8 +339,8 @@ def single_client(url: str, run: Run, *, rounds: int, front: psutil.Process) -> 
 
     def arguments(tool: str, q: rm.Query) -> dict:
         if tool == "memory_search":
-            return {"query": q.text, "types": ["episode"], "limit": 20, "until": _until(run.persona, q)}
-        return {"trigger_prompt": q.text, "butler": BUTLER, "token_budget": BUDGET}
+            return _search_arguments(q, _until(run.persona, q), ["episode"])
+        return _context_arguments(q)
 
     async def go(tool: str) -> tuple[list[float], float]:
         out = []
