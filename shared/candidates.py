@@ -435,18 +435,20 @@ def _episode_postings_ctes(*, mine: bool) -> str:
     """The keyword leg of :func:`_keyword_ctes` for the caller's episodes, from their term postings
     (``episode_terms``, kept by the database): an index lookup per query lexeme instead of reading every matching
     row's tsvectors (measured on a 1,800-turn tenant: ~65 % of the turns hold one of a long query's lexemes).
-    ``mine``: the caller's butlers' postings only (keyed by butler, migration 0019)."""
+    ``mine``: the caller's butlers' postings only (keyed by butler, migration 0019). A posting carries its row's
+    tuple id and length from the one join that keeps it visible, so the score needs no second join to the rows
+    (measured on a 1,800-turn tenant's 82 questions: p95 22-24 -> 19-20 ms, the same rows and scores)."""
     butlers = f" AND {_BY_BUTLER.format(a='t')}" if mine else ""
     return f"""tf_episode AS MATERIALIZED (
-    SELECT t.episode_id AS id, t.lexeme, t.tf + :ctx_weight * t.ctf AS tf
+    SELECT t.episode_id AS id, s.tid, s.created_at, s.dl, t.lexeme, t.tf + :ctx_weight * t.ctf AS tf
     FROM lex l JOIN episode_terms t ON t.tenant_id = :tenant_id{butlers} AND t.lexeme = l.lexeme
     JOIN scoped_episode s ON s.id = t.episode_id),
 idf_episode AS MATERIALIZED ({_IDF.format(kind="episode", n="(SELECT count(*)::float8 FROM scoped_episode)")}),
 bm_episode AS MATERIALIZED (
-    SELECT t.id, s.tid, s.created_at, sum(i.w * t.tf * (:k1 + 1) / (t.tf + :k1 * (1 - :b + :b * s.dl /
+    SELECT t.id, t.tid, t.created_at, sum(i.w * t.tf * (:k1 + 1) / (t.tf + :k1 * (1 - :b + :b * t.dl /
            (SELECT avg(dl) FROM scoped_episode)))) AS bm25
-    FROM tf_episode t JOIN idf_episode i USING (lexeme) JOIN scoped_episode s ON s.id = t.id
-    GROUP BY t.id, s.tid, s.created_at),
+    FROM tf_episode t JOIN idf_episode i USING (lexeme)
+    GROUP BY t.id, t.tid, t.created_at),
 key_episode AS (SELECT id, tid, created_at FROM bm_episode ORDER BY bm25 DESC, created_at DESC, id ASC LIMIT :pool)"""
 
 
