@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from memory_api.tools.services import Services, classify_db_error, opened
 from shared import telemetry, tracing
@@ -132,6 +132,19 @@ def error_result(exc: ButlerError, request_id: str | None) -> CallToolResult:
     )
 
 
+def answer(result: Any) -> Any:
+    """A tool's result model as its MCP result: the structured content whole (every field, null where it does not
+    apply, as the outputSchema says) and, for a client that reads only the text (a model reading the tool result),
+    the same JSON compact and without the nulls. The SDK would indent it and keep every null: a 20-turn search
+    was 34 KB of text."""
+    if not isinstance(result, BaseModel):
+        return result
+    return CallToolResult(
+        content=[TextContent(type="text", text=result.model_dump_json(exclude_none=True))],
+        structured_content=result.model_dump(mode="json", by_alias=True),
+    )
+
+
 def tool_call(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """Wrap a tool body: bind the Call, log one line, and answer classified errors as is_error results."""
     name = fn.__name__
@@ -157,7 +170,7 @@ def tool_call(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]
             limits.enter(call.principal.token_id)  # over the token's rate or concurrency: RateLimited, nothing done
             token = _call.set(call)
             try:
-                return await fn(**kwargs)
+                return answer(await fn(**kwargs))
             finally:
                 _call.reset(token)
                 limits.leave(call.principal.token_id)

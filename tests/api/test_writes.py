@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import uuid
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -117,3 +119,26 @@ def test_pending_until_applied_even_with_the_broker_down(
 def test_unknown_id_is_not_found(health: Butler) -> None:
     err = health.error("memory_get", type="fact", id=str(uuid.uuid4()))
     assert err["error"] == "not_found" and err["field"] == "id" and err["retryable"] is False
+
+
+def test_a_results_text_is_its_structured_content_compact_and_without_nulls(worker, health: Butler) -> None:
+    # given an applied episode (its hit has no subject, scope or confidence: those are null in the structured hit)
+    out = health.ok("memory_store_episode", content="User booked the physio for Tuesday at nine", butler="health")
+    applied(health, "episode", out["id"])
+    # when a butler that reads only the text searches
+    result = health.call("memory_search", query="physio Tuesday", types=["episode"])
+    structured, (text,) = result.structured_content, result.content
+    # then the structured content keeps every field of the outputSchema, null where it does not apply
+    hit = next(h for h in structured["results"] if h["id"] == out["id"])
+    assert hit["subject"] is None and hit["effective_confidence"] is None and structured["reason"] is None
+    # and the text is the same JSON on one line with the nulls left out
+    assert "\n" not in text.text and "null" not in text.text
+    assert json.loads(text.text) == _without_nulls(structured)
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
