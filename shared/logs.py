@@ -44,6 +44,10 @@ def configure_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     if _listener is not None:
         return
+    # What a line never shows is not gathered for every record (the logging HOWTO's "Optimization"): the caller's
+    # file and line (a walk up the stack), its thread and its process.
+    logging._srcfile = None  # noqa: SLF001 - the documented switch
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root.handlers[:] = [_start_writer(handler)]
@@ -80,12 +84,22 @@ class _Writer(logging.handlers.QueueListener):
                 self.handle(record)
 
 
+class _Enqueue(logging.handlers.QueueHandler):
+    """Puts the record itself on the queue, for the writer's thread to format. QueueHandler would copy and format it
+    in the thread that logs (a request's); the record never leaves this process, so nothing needs to be made
+    picklable. A message's arguments are read when the line is written, at most ``WRITE_EVERY_S`` later: log
+    values, not objects that change."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
 def _start_writer(*handlers: logging.Handler) -> logging.handlers.QueueHandler:
     global _listener
     records: queue.SimpleQueue[Any] = queue.SimpleQueue()
     _listener = _Writer(records, *handlers)
     _listener.start()
-    return logging.handlers.QueueHandler(records)
+    return _Enqueue(records)
 
 
 def _writer_after_fork() -> None:

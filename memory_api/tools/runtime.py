@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, ValidationError
@@ -214,23 +215,30 @@ def _log(tool: str, call: Call | None, request_id: str, started: float, error: B
 
 
 class ClassifiedTool(Tool):
-    """A Tool whose argument errors (unknown names, wrong types, broken bounds) come back classified."""
+    """A Tool whose argument errors (unknown names, wrong types, broken bounds) come back classified.
+
+    The arguments are validated once, by the SDK's ``run``: its ToolError caused by a ValidationError is the
+    caller's mistake, classified here. A tool body's result is already its MCP result (``answer``: the output
+    model's own dump), so the SDK's conversion, which would validate the dump against the same model again, is
+    skipped for it."""
 
     async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
-        model = self.fn_metadata.arg_model
-        allowed = {field.alias or key for key, field in model.model_fields.items()}
+        allowed = _argument_names(self.fn_metadata.arg_model)
         unknown = sorted(set(arguments) - allowed)
-        request_id = _request_id_of(arguments) or f"srv-{uuid.uuid4().hex[:16]}"
         if unknown:
-            return self._refuse(unknown_argument(unknown[0], self.name, allowed), request_id, context)
-        try:
-            self.fn_metadata.validate_arguments(arguments)
-        except ValidationError as exc:
-            return self._refuse(invalid_from(exc), request_id, context)
+            return self._refuse(unknown_argument(unknown[0], self.name, allowed), _request_id(arguments), context)
         unstorable = unstorable_text(arguments)
         if unstorable is not None:
-            return self._refuse(unstorable, request_id, context)
-        return await super().run(arguments, context, convert_result=convert_result)
+            return self._refuse(unstorable, _request_id(arguments), context)
+        try:
+            result = await super().run(arguments, context, convert_result=False)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            return self._refuse(invalid_from(exc.__cause__), _request_id(arguments), context)
+        if convert_result and not isinstance(result, CallToolResult):
+            return self.fn_metadata.convert_result(result)
+        return result
 
     def _refuse(self, error: InvalidInput, request_id: str, context: Any) -> CallToolResult:
         log.info(
@@ -303,9 +311,18 @@ _UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "uuid"})
 MAX_REQUEST_ID = 200  # RequestContext.request_id's bound
 
 
-def _request_id_of(arguments: dict[str, Any]) -> str | None:
-    """The caller's request_context.request_id, read before validation (the arguments may be invalid); one that
-    breaks RequestContext's bound is not echoed (a 1 MB request_id came back twice in its own refusal)."""
+@functools.cache
+def _argument_names(model: type[BaseModel]) -> frozenset[str]:
+    """The names a tool's arguments model takes (aliases where set); one entry per registered tool."""
+    return frozenset(field.alias or key for key, field in model.model_fields.items())
+
+
+def _request_id(arguments: dict[str, Any]) -> str:
+    """The caller's request_context.request_id, read before validation (the arguments may be invalid), else a new
+    one; one that breaks RequestContext's bound is not echoed (a 1 MB request_id came back twice in its own
+    refusal)."""
     lineage = arguments.get("request_context")
     value = lineage.get("request_id") if isinstance(lineage, dict) else None
-    return value if isinstance(value, str) and 1 <= len(value) <= MAX_REQUEST_ID else None
+    if isinstance(value, str) and 1 <= len(value) <= MAX_REQUEST_ID:
+        return value
+    return f"srv-{uuid.uuid4().hex[:16]}"

@@ -59,3 +59,28 @@ def test_lines_are_written_in_order_while_the_process_runs_not_only_at_exit():
     written, _, after = done.stderr.partition("MARK\n")
     assert [json.loads(line)["i"] for line in written.splitlines()] == list(range(500))
     assert after == ""
+
+
+FORMATTING_PROGRAM = textwrap.dedent("""
+    import logging
+    from shared.logs import configure_logging, flush_logs
+
+    configure_logging()
+    try:
+        1 / 0
+    except ZeroDivisionError:
+        logging.getLogger("app").exception("failed for %s after %d tries", "tenant-a", 3, extra={"tool": "t"})
+    flush_logs()
+""")
+
+
+def test_the_writer_formats_the_message_and_the_exception_of_a_record_it_was_handed_whole():
+    # given a record with arguments and an exception, enqueued as it was made (the writer's thread formats it)
+    done = subprocess.run([sys.executable, "-c", FORMATTING_PROGRAM], capture_output=True, text=True, timeout=60)
+
+    # then its line holds the message with its arguments, the traceback and the caller's fields
+    assert done.returncode == 0, done.stderr
+    [line] = [json.loads(text) for text in done.stderr.splitlines()]
+    assert line["msg"] == "failed for tenant-a after 3 tries"
+    assert "ZeroDivisionError: division by zero" in line["exc"]
+    assert line["tool"] == "t" and line["level"] == "error"
