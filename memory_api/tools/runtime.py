@@ -155,7 +155,7 @@ def tool_call(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]
         started = time.perf_counter()
         ctx: Context[Services, Any] = kwargs["ctx"]
         lineage: RequestContext | None = kwargs.get("request_context")
-        request_id = (lineage.request_id if lineage else None) or f"srv-{uuid.uuid4().hex[:16]}"
+        request_id = (lineage.request_id if lineage else None) or _new_request_id()
         services: Services = ctx.request_context.lifespan_context
         call: Call | None = None
         try:
@@ -325,4 +325,9 @@ def _request_id(arguments: dict[str, Any]) -> str:
     value = lineage.get("request_id") if isinstance(lineage, dict) else None
     if isinstance(value, str) and 1 <= len(value) <= MAX_REQUEST_ID:
         return value
+    return _new_request_id()
+
+
+def _new_request_id() -> str:
+    """The id the front gives a call that brought none (echoed in its result and its log line)."""
     return f"srv-{uuid.uuid4().hex[:16]}"
