@@ -114,24 +114,22 @@ def build(
     *,
     facts: Sequence[Hit],
     rules: Sequence[Hit],
+    warnings: Sequence[Hit],
     episodes: Sequence[Hit],
     budget: int,
     quotas: SectionQuotas,
     count: CountTokens,
     now: datetime,
 ) -> ContextBlock:
-    """Assemble the block; ``count(text)`` never exceeds ``budget`` for the returned text.
+    """Assemble the block; ``count(text)`` never exceeds ``budget`` for the returned text. Each section's hits come
+    in rank order; ``rules`` are the live ones, ``warnings`` the anti-patterns. A section reads only the hits it
+    shows (and the first that does not fit).
 
     ``count`` must be additive over whitespace-joined pieces, as the model's WordPiece tokenizer is (it splits on
     whitespace first): the block's token count is then the sum of its lines' counts, with no second pass over it.
     Each line break is still charged one token against the budget, as a margin.
     """
-    candidates = {
-        "facts": list(facts),
-        "rules": [r for r in rules if r.maturity != "anti_pattern"],
-        "warnings": [r for r in rules if r.maturity == "anti_pattern"],
-        "episodes": episodes,
-    }
+    candidates = {"facts": facts, "rules": rules, "warnings": warnings, "episodes": episodes}
     share = {
         "facts": quotas.facts,
         "rules": quotas.rules * 0.75,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import ColumnElement, Connection, Engine, and_, exists, or_, select, text
@@ -50,6 +50,7 @@ def session_settings(settings: Settings) -> str:
 EmbedQuery = Callable[[str], np.ndarray]
 EmbedLater = Callable[[str], Future[np.ndarray]]  # e.g. shared.query_batcher.QueryBatcher.submit
 CountTokens = Callable[[Sequence[str]], list[int]]
+H = TypeVar("H", bound=Sequence[Hit])  # hits in rank order: a list, or shared.retrieval.LazyHits
 
 
 def utcnow() -> datetime:
@@ -255,12 +256,13 @@ class Reader:
                 recent=self.retrieval.context_recent_episodes,
                 settings=self.retrieval,
             )
-            found["fact"] = self._open(conn, tenant_id, list(found["fact"]), open_sealed)
-        # The top of each kind is what the quality proxies read; the rest of the episodes need not be made.
-        telemetry.observe_read("memory_context", [*found["fact"], *found["rule"], *found["episode"][: telemetry.TOP_K]])
+            found["fact"] = self._open(conn, tenant_id, found["fact"], open_sealed)
+        # The top of each kind is what the quality proxies read; the rest need not be made.
+        telemetry.observe_read("memory_context", [h for hits in found.values() for h in hits[: telemetry.TOP_K]])
         block = context_builder.build(
             facts=found["fact"],
             rules=found["rule"],
+            warnings=found["warning"],
             episodes=found["episode"],
             budget=budget,
             quotas=self.retrieval.section_quotas,
@@ -300,7 +302,7 @@ class Reader:
         row.pop("tenant_id", None)
         return {"type": kind, **row, "links": links}
 
-    def _open(self, conn: Connection, tenant_id: str, hits: list[Hit], open_sealed: bool) -> list[Hit]:
+    def _open(self, conn: Connection, tenant_id: str, hits: H, open_sealed: bool) -> H | list[Hit]:
         """Sealed facts' plaintext for a caller allowed to read it (one query, only when a sealed fact is among hits)."""
         if not open_sealed or not self.settings.encryption.keys:
             return hits

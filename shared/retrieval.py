@@ -227,7 +227,8 @@ def _ranked(
 
 
 class LazyHits(Sequence[Hit]):
-    """Ranked candidates whose Hits are made when first read: a block shows only a few of its episode candidates."""
+    """Ranked candidates whose Hits are made when first read: a block shows only a few of each section's candidates
+    (a Hit is ~10 us to make: making every fact and rule candidate's was a tenth of a context read)."""
 
     def __init__(self, ranked: list[tuple[float, str, Row]], f: Filter) -> None:
         self._ranked = ranked
@@ -308,9 +309,10 @@ def recall(
 def context_sections(
     conn: Connection, *, f: Filter, topic: str, vector: Vector, recent: int, settings: RetrievalSettings
 ) -> dict[str, Sequence[Hit]]:
-    """memory_context's candidates, each section from its own pool (so a tenant with many facts still sees its
-    rules): facts and rules by composite score; episodes by relevance to the topic with a recency share, the
-    ``recent`` newest among them (they carry the conversation so far even when they match nothing)."""
+    """memory_context's candidates by section, each from its own pool (so a tenant with many facts still sees its
+    rules): facts, rules and anti-patterns ("warning") by composite score; episodes by relevance to the topic with
+    a recency share, the ``recent`` newest among them (they carry the conversation so far even when they match
+    nothing). Each in rank order, its Hits made as they are read."""
     found = _candidates(
         conn,
         kinds=("fact", "rule", "episode"),
@@ -336,9 +338,11 @@ def context_sections(
         (round((1 - share) * row["relevance"] + share * _recency(row, f, settings), 6), "episode", row)
         for row in matched + [r for r in newest if r["id"] not in seen]
     ]
+    rules = _ordered(pool["rule"], limit, decay=settings.diversity_decay)
     return {
-        "fact": _ranked(pool["fact"], limit, f, decay=settings.diversity_decay),
-        "rule": _ranked(pool["rule"], limit, f, decay=settings.diversity_decay),
+        "fact": LazyHits(_ordered(pool["fact"], limit, decay=settings.diversity_decay), f),
+        "rule": LazyHits([r for r in rules if r[2]["maturity"] != "anti_pattern"], f),
+        "warning": LazyHits([r for r in rules if r[2]["maturity"] == "anti_pattern"], f),
         "episode": LazyHits(_ordered(episodes, limit, decay=settings.diversity_decay), f),
     }
 

@@ -60,7 +60,14 @@ def test_ages_use_the_seeds_units():
         )
     ] == ["45s", "12m", "2h", "12d", "400d"]
     line = build(
-        facts=hits("fact", 1), rules=[], episodes=[], budget=100, quotas=SectionQuotas(), count=words, now=NOW
+        facts=hits("fact", 1),
+        rules=[],
+        warnings=[],
+        episodes=[],
+        budget=100,
+        quotas=SectionQuotas(),
+        count=words,
+        now=NOW,
     ).text.splitlines()[-1]
     assert line.endswith("[stable, confirmed 12d ago]")
 
@@ -77,7 +84,14 @@ def test_when_every_section_has_plenty_each_keeps_its_share():
     # given far more candidates than the budget holds in every section, and no anti-patterns
     facts, rules, episodes = hits("fact", 100), hits("rule", 100, start=1000), hits("episode", 100, start=2000)
     block = build(
-        facts=facts, rules=rules, episodes=episodes, budget=1000, quotas=SectionQuotas(), count=words, now=NOW
+        facts=facts,
+        rules=rules,
+        warnings=[],
+        episodes=episodes,
+        budget=1000,
+        quotas=SectionQuotas(),
+        count=words,
+        now=NOW,
     )
     # then each section fills its share and no more: facts 500 -> (500-7)//14 = 35, 3 left over; rules 0.75 of 300
     # + 3 -> (228-7)//12 = 18, 5 left; the warnings' 75 + 5 flow on to episodes: 200 + 80 -> (280-7)//12 = 22
@@ -89,7 +103,9 @@ def test_when_every_section_has_plenty_each_keeps_its_share():
 def test_spare_budget_goes_back_to_the_sections_that_were_cut():
     # given only facts and rules (no episodes, no anti-patterns), far more than the budget holds
     facts, rules = hits("fact", 100), hits("rule", 100, start=1000)
-    block = build(facts=facts, rules=rules, episodes=[], budget=1000, quotas=SectionQuotas(), count=words, now=NOW)
+    block = build(
+        facts=facts, rules=rules, warnings=[], episodes=[], budget=1000, quotas=SectionQuotas(), count=words, now=NOW
+    )
     # then the shares nobody used go back, facts first: the block is filled until no line of either fits
     assert 1000 - 12 < spent(block) <= 1000
     assert len(ids(block, "rules")) == 18 and len(ids(block, "facts")) > 35
@@ -112,16 +128,22 @@ def test_the_block_never_exceeds_its_budget_and_keeps_rank_order(
     budget, n_facts, n_rules, n_warnings, n_episodes, length
 ):
     facts = hits("fact", n_facts, length=length)
-    rules = hits("rule", n_rules, length=length, start=1000) + hits(
-        "rule", n_warnings, length=length, maturity="anti_pattern", start=2000
-    )
+    rules = hits("rule", n_rules, length=length, start=1000)
+    warnings = hits("rule", n_warnings, length=length, maturity="anti_pattern", start=2000)
     episodes = hits("episode", n_episodes, length=length, start=3000)
     block = build(
-        facts=facts, rules=rules, episodes=episodes, budget=budget, quotas=SectionQuotas(), count=words, now=NOW
+        facts=facts,
+        rules=rules,
+        warnings=warnings,
+        episodes=episodes,
+        budget=budget,
+        quotas=SectionQuotas(),
+        count=words,
+        now=NOW,
     )
     assert words([block.text])[0] == block.tokens <= budget
     assert all(n <= MAX_LINE_TOKENS for n in words(block.text.splitlines()))
-    ranked = {"facts": facts, "rules": rules[:n_rules], "warnings": rules[n_rules:], "episodes": episodes}
+    ranked = {"facts": facts, "rules": rules, "warnings": warnings, "episodes": episodes}
     for section, chosen in block.included.items():
         assert chosen == [str(h.id) for h in ranked[section][: len(chosen)]], section
     assert block.dropped == n_facts + n_rules + n_warnings + n_episodes - sum(map(len, block.included.values()))
@@ -137,7 +159,9 @@ def test_only_the_lines_a_block_reaches_are_made():
         return words(texts)
 
     episodes = hits("episode", 50, length=100)
-    block = build(facts=[], rules=[], episodes=episodes, budget=400, quotas=SectionQuotas(), count=counting, now=NOW)
+    block = build(
+        facts=[], rules=[], warnings=[], episodes=episodes, budget=400, quotas=SectionQuotas(), count=counting, now=NOW
+    )
     shown = len(ids(block, "episodes"))
     assert 0 < shown < LINE_CHUNK
     assert block.dropped == 50 - shown
@@ -145,32 +169,45 @@ def test_only_the_lines_a_block_reaches_are_made():
     assert made == {h.content for h in episodes[:LINE_CHUNK]}
 
 
-def test_a_block_over_lazy_hits_makes_only_the_hits_it_shows():
-    """memory_context's episodes come as LazyHits: a candidate's Hit is made when the block reaches it. Rows past
+@pytest.mark.parametrize("section", ["facts", "rules", "warnings", "episodes"])
+def test_a_block_over_lazy_hits_makes_only_the_hits_it_shows(section):
+    """memory_context's sections come as LazyHits: a candidate's Hit is made when the block reaches it. Rows past
     the first chunk here cannot be made at all (no content), and the block is still built and counts them."""
+    kind = {"facts": "fact", "rules": "rule", "warnings": "rule", "episodes": "episode"}[section]
+    confidence = {"confidence": 0.9, "decay_rate": 0.0, "last_confirmed_at": NOW}
+    by_kind = {
+        "fact": {"permanence": "stable", **confidence},
+        "rule": {"maturity": "anti_pattern" if section == "warnings" else "candidate", "scope": "global", **confidence},
+        "episode": {},
+    }
 
     def row(i: int) -> dict:
-        return {
-            "id": uuid.UUID(int=i),
-            "relevance": 0.5,
-            "created_at": NOW - timedelta(hours=i + 1),
-            "occurred_at": None,
-            "importance": 5.0,
-            "content_tokens": None,
-            **{name: None for name in ("session_id", "scope", "butler", "subject", "predicate", "permanence")},
-            **{name: None for name in ("validity", "maturity", "effectiveness_score", "last_confirmed_at")},
-            "last_referenced_at": NOW,
-        } | ({"content": " ".join([f"turn{i}"] * 100)} if i < LINE_CHUNK else {})
+        return (
+            {
+                "id": uuid.UUID(int=i),
+                "relevance": 0.5,
+                "created_at": NOW - timedelta(hours=i + 1),
+                "occurred_at": None,
+                "importance": 5.0,
+                "content_tokens": None,
+                **{name: None for name in ("session_id", "scope", "butler", "subject", "predicate", "permanence")},
+                **{name: None for name in ("validity", "maturity", "effectiveness_score", "last_confirmed_at")},
+                "last_referenced_at": NOW,
+            }
+            | by_kind[kind]
+            | ({"content": " ".join([f"memory{i}"] * 100)} if i < LINE_CHUNK else {})
+        )
 
     f = Filter(tenant_id="t", scopes=None, butlers=None, min_confidence=None, now=NOW)
-    episodes = LazyHits([(1.0 - i / 100, "episode", row(i)) for i in range(50)], f)
-    block = build(facts=[], rules=[], episodes=episodes, budget=400, quotas=SectionQuotas(), count=words, now=NOW)
+    lazy = LazyHits([(1.0 - i / 100, kind, row(i)) for i in range(50)], f)
+    sections = {"facts": [], "rules": [], "warnings": [], "episodes": []} | {section: lazy}
+    block = build(**sections, budget=400, quotas=SectionQuotas(), count=words, now=NOW)
     assert 0 < len(block.shown) < LINE_CHUNK
-    assert ids(block, "episodes") == [str(uuid.UUID(int=i)) for i in range(len(block.shown))]
+    assert ids(block, section) == [str(uuid.UUID(int=i)) for i in range(len(block.shown))]
     assert block.dropped == 50 - len(block.shown)
-    assert [h.id for h in episodes[:2]] == [uuid.UUID(int=0), uuid.UUID(int=1)]
+    assert [h.id for h in lazy[:2]] == [uuid.UUID(int=0), uuid.UUID(int=1)]
     with pytest.raises(KeyError):
-        episodes[-1]  # never made: its row has no content
+        lazy[-1]  # never made: its row has no content
 
 
 def test_a_fact_line_names_its_subject_when_its_content_does_not():

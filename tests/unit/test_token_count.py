@@ -54,7 +54,16 @@ def test_a_block_built_from_stored_counts_equals_one_built_by_counting():
         h.model_copy(update={"content_tokens": content_tokens([h.content], counter.count_many)[0]}) for h in facts
     ]
     blocks = [
-        build(facts=hits, rules=[], episodes=[], budget=500, quotas=SectionQuotas(), count=counter.count_many, now=now)
+        build(
+            facts=hits,
+            rules=[],
+            warnings=[],
+            episodes=[],
+            budget=500,
+            quotas=SectionQuotas(),
+            count=counter.count_many,
+            now=now,
+        )
         for hits in (facts, stored)
     ]
     assert blocks[0] == blocks[1]
