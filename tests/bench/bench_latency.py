@@ -39,9 +39,10 @@ def pct(values: list[float], p: float) -> float:
 class Phases:
     """When each phase of a memory_context call starts and ends, from the call's start (``--phases``)."""
 
+    # A context read makes the hits its block shows as the block takes them: "context block" includes them.
     WRAPPED = {
         "gather statement": (candidates, "gather"),
-        "ranking and hits": (retrieval, "_ranked"),
+        "ranking": (retrieval, "_ordered"),
         "context block": (context_builder, "build"),
     }
 

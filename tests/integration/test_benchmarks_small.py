@@ -63,7 +63,7 @@ def test_latency_and_gather_benchmarks_run_small(empty_database_url, capsys, mon
     # the phases of memory_context: each ends after it starts, the statement after the embedding, all within the call
     phases = {
         label: _figures(out.split("memory_context phases")[1], label)
-        for label in ("query embedding", "gather statement", "ranking and hits", "context block", "total")
+        for label in ("query embedding", "gather statement", "ranking", "context block", "total")
     }
     assert all(start <= end for start, end in phases.values()), phases
     assert phases["query embedding"][1] <= phases["gather statement"][0] + 0.1
