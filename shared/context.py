@@ -122,8 +122,8 @@ def build(
     now: datetime,
 ) -> ContextBlock:
     """Assemble the block; ``count(text)`` never exceeds ``budget`` for the returned text. Each section's hits come
-    in rank order; ``rules`` are the live ones, ``warnings`` the anti-patterns. A section reads only the hits it
-    shows (and the first that does not fit).
+    in rank order; ``rules`` are the live ones, ``warnings`` the anti-patterns. A section reads its hits
+    LINE_CHUNK at a time, only as far as it takes them.
 
     ``count`` must be additive over whitespace-joined pieces, as the model's WordPiece tokenizer is (it splits on
     whitespace first): the block's token count is then the sum of its lines' counts, with no second pass over it.
