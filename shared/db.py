@@ -9,6 +9,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Any
 
+import psycopg._queries
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
@@ -107,6 +108,14 @@ def dead_client_settings(timeout_s: float) -> dict[str, str]:
     }
 
 
+# psycopg turns a statement's %(name)s placeholders into $n with a regex pass over its text, and remembers the result
+# only for statements of at most 4,096 bytes (and 50 distinct parameters). The candidate statement of a read over
+# facts, rules and episodes (shared.candidates: every memory_context) is ~9-10 KB with 13, so it was parsed again on
+# every read: 170 us a conversion against 25 remembered (reference 7 ms, a slow day). Its shapes are few
+# (candidates._statement keeps 256); a bulk insert's many parameters still keep it out of the driver's 128
+# entries. psycopg is pinned; test_domain's read-pool test fails if this stops working.
+CACHED_STATEMENT_LENGTH = 16_384
+
 SESSION_SETTINGS = "memory_butler.session_settings"  # a pooled connection's info key: the settings it runs with
 
 
@@ -127,6 +136,7 @@ def make_engine(
     dead fails its statement, and the pool then replaces every connection older than it.
     ``session_settings``: SET statements every new connection runs once (an engine that serves only reads, see
     :func:`shared.candidates.retrieval_session`); recorded in each connection's ``info[SESSION_SETTINGS]``."""
+    psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_LENGTH
     engine = create_engine(
         normalise_url(url),
         pool_size=pool_size,

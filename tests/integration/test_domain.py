@@ -7,6 +7,7 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
+import psycopg._queries
 import pytest
 from sqlalchemy import event, text
 
@@ -729,6 +730,12 @@ def test_a_read_pools_retrieval_reads_are_one_statement_and_its_other_reads_keep
         context(pooled)
         one = statements(pooled, read_engine, context)
         assert len(one) == 1 and "BEGIN" not in one[0]
+        # the driver converts that statement's placeholders once, not on every read, long as it is (shared.db)
+        assert len(one[0]) > 4096
+        converted = psycopg._queries._query2pg.cache_info()
+        context(pooled)
+        after = psycopg._queries._query2pg.cache_info()
+        assert (after.hits, after.misses) == (converted.hits + 1, converted.misses)
         assert block is not None and "The cat knocked over" in block.text and "hoverboard fair" in block.text
         assert "dentist" not in block.text
         got = statements(
