@@ -29,6 +29,7 @@ MAX_LINE_TOKENS = 160  # one memory never crowds out the rest of its section
 # Lines are made this many at a time as a section is taken (their annotations counted in one call): a block holds
 # only a few of a section's candidates when they are long (conversation turns), so most lines are never made.
 LINE_CHUNK = 8
+CLIP_CHUNK = 64  # words counted at a time when a line is clipped (a word is a token or more: two or three chunks)
 
 CountTokens = Callable[[Sequence[str]], list[int]]  # token counts of many texts, in one call
 
@@ -88,16 +89,18 @@ def line_for(hit: Hit, now: datetime) -> str:
 
 
 def _clip(line: str, count: CountTokens, limit: int) -> str:
-    """Shorten a line word by word until it has at most ``limit`` tokens."""
+    """The line's longest word prefix that fits ``limit`` tokens with an ellipsis after it (at least one word).
+
+    ``count`` is additive over whitespace-joined pieces, so each word is counted once, alone (most are known to the
+    counter's cache), and only as far as they fit: a long turn's tail is never counted."""
     words = line.split(" ")
-    lo, hi = 1, len(words)
-    while lo < hi:  # the longest word prefix that fits with the ellipsis
-        mid = (lo + hi + 1) // 2
-        if count([" ".join(words[:mid]) + " …"])[0] <= limit:
-            lo = mid
-        else:
-            hi = mid - 1
-    return " ".join(words[:lo]) + " …"
+    room, kept = limit - count(["…"])[0], 0
+    for start in range(0, len(words), CLIP_CHUNK):
+        for cost in count(words[start : start + CLIP_CHUNK]):
+            if cost > room:
+                return " ".join(words[: max(kept, 1)]) + " …"
+            room, kept = room - cost, kept + 1
+    return line + " …"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.config import SectionQuotas
-from shared.context import build, content_tokens
+from shared.context import MAX_LINE_TOKENS, _clip, build, content_tokens
 from shared.embedding import get_token_counter
 from shared.schemas import Hit
 
@@ -68,3 +68,18 @@ def test_a_block_built_from_stored_counts_equals_one_built_by_counting():
     ]
     assert blocks[0] == blocks[1]
     assert counter.count(blocks[0].text) == blocks[0].tokens
+
+
+WORD = st.text(st.characters(categories=("L", "N", "P", "S")), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(WORD, min_size=1, max_size=300), st.integers(min_value=3, max_value=MAX_LINE_TOKENS))
+def test_a_clipped_line_is_its_longest_word_prefix_that_fits(words, limit):
+    counter = get_token_counter()
+    clipped = _clip(" ".join(words), counter.count_many, limit)
+    kept = clipped.removesuffix(" …").split(" ")
+    assert kept == words[: len(kept)]
+    assert counter.count(clipped) <= limit or len(kept) == 1
+    if len(kept) < len(words):
+        assert counter.count(" ".join(words[: len(kept) + 1]) + " …") > limit
