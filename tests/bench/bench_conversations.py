@@ -66,7 +66,7 @@ from shared.tenancy import create_token, ensure_tenant  # noqa: E402
 from tests.bench import conversations as rm  # noqa: E402
 from tests.bench.bench_drain import start_workers, wait_ready  # noqa: E402
 from tests.bench.bench_mcp import free_port, pct, start_front  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line, run_benchmark  # noqa: E402
 
 BUTLER = "assistant"
 # The timed searches: each asked question this many times over (a p95 over a few hundred searches).
@@ -491,4 +491,4 @@ def _rewake(settings, tenant: str) -> None:  # noqa: ANN001
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main)

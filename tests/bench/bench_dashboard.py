@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 from shared.config import load_settings  # noqa: E402
 from shared.db import unit_of_work  # noqa: E402
 from shared.tenancy import create_token  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line, run_benchmark  # noqa: E402
 from tests.bench.corpus import SUBJECTS, TOPICS, load_corpus  # noqa: E402
 
 FLEET_PAGE = (
@@ -115,4 +115,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main)

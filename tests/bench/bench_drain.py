@@ -36,7 +36,7 @@ from shared.embedding import get_embedder  # noqa: E402
 from shared.intake import WriteRequest, accept  # noqa: E402
 from shared.schemas import MAX_CONTENT, EpisodeWrite  # noqa: E402
 from shared.sharding import MAINTENANCE_QUEUE, shard_queues  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, run_benchmark  # noqa: E402
 
 
 def texts_for(n: int, butlers: int) -> list[str]:
@@ -207,4 +207,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shared import db, maintenance, partitions  # noqa: E402
 from shared.config import load_settings  # noqa: E402
-from tests.bench.common import bench_engine, reference_line  # noqa: E402
+from tests.bench.common import bench_engine, reference_line, run_benchmark  # noqa: E402
 
 NOW = datetime(2026, 6, 1, 3, 0, tzinfo=UTC)
 VEC = "[" + ",".join(["0.1"] * 384) + "]"
@@ -151,4 +151,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_benchmark(main)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench.common import bench_engine, bench_redis, reference_line  # noqa: E402
+from tests.bench.common import bench_engine, bench_redis, reference_line, run_benchmark  # noqa: E402
 from tests.bench.fuzz_campaign import Campaign  # noqa: E402
 from tests.bench.fuzz_world import FrontProcess, log_crashes, seed_tenants  # noqa: E402
 
@@ -64,4 +64,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main)

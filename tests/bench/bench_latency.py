@@ -28,7 +28,7 @@ from shared.config import load_settings  # noqa: E402
 from shared.embedding import get_embedder, get_query_embedder, get_token_counter  # noqa: E402
 from shared.reads import Reader  # noqa: E402
 from shared.writes import Visibility  # noqa: E402
-from tests.bench.common import bench_engine  # noqa: E402
+from tests.bench.common import bench_engine, run_benchmark  # noqa: E402
 from tests.bench.corpus import corpus_tenants, questions  # noqa: E402
 
 
@@ -179,4 +179,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main)

@@ -47,7 +47,7 @@ from shared import candidates, heap, intake  # noqa: E402
 from shared.db import unit_of_work  # noqa: E402
 from shared.embedding import get_embedder, to_pgvector  # noqa: E402
 from shared.tenancy import create_token  # noqa: E402
-from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line  # noqa: E402
+from tests.bench.common import BENCH_REDIS_URL, bench_engine, bench_redis, reference_line, run_benchmark  # noqa: E402
 from tests.bench.corpus import corpus_tenants, questions  # noqa: E402
 
 
@@ -335,4 +335,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main)

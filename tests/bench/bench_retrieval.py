@@ -127,4 +127,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tests.bench.common import run_benchmark
+
+    run_benchmark(main)

@@ -1,13 +1,16 @@
-"""Shared plumbing for the benchmark scripts: a throwaway, migrated database, and the machine-speed line
-(``shared.embedding.reference_line``)."""
+"""Shared plumbing for the benchmark scripts: a throwaway, migrated database, the machine-speed line
+(``shared.embedding.reference_line``), and an entry point that cleans up when the run is stopped."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
@@ -19,6 +22,14 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH_PGDATA = ROOT / ".memory-butler" / "bench-pgdata"
 # The benchmarks' own Redis database: emptied before and after each run (see bench_redis).
 BENCH_REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def run_benchmark(main: Callable[[], int | None]) -> NoReturn:
+    """A benchmark's entry point: SIGTERM (``timeout``, a supervisor) then unwinds it as Ctrl-C does, so its
+    ``finally`` blocks stop the front and workers it started, drop its throwaway database and flush its Redis
+    database, and ``atexit`` stops the embedded server. Python's default ends it on the spot, leaving them running."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    sys.exit(main())
 
 
 @contextlib.contextmanager
