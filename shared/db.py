@@ -9,6 +9,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 import psycopg._queries
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
@@ -17,6 +18,7 @@ from shared.config import DEAD_CLIENT_TIMEOUT_S, Settings
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from psycopg_pool import AsyncConnectionPool
 
 EMBEDDED_DB = "memory_butler"
 
@@ -182,6 +184,33 @@ def make_engine(
             record.info[SESSION_SETTINGS] = session_settings
 
     return engine
+
+
+def make_async_pool(
+    url: str, *, size: int, connect_timeout_s: int = 3, dead_client_timeout_s: float = DEAD_CLIENT_TIMEOUT_S
+) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+    """A fixed-size pool of autocommit connections for statements run on an event loop (the front's accepts), set
+    up as :func:`make_engine`'s. Not opened: ``await pool.open(wait=False)`` on that loop (a front starts even when
+    the database is down; the pool keeps trying in the background)."""
+    from psycopg_pool import AsyncConnectionPool
+
+    psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_LENGTH
+    settings = dead_client_settings(dead_client_timeout_s)
+
+    async def end_session_when_client_vanishes(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(
+            "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
+            [v for item in settings.items() for v in item],
+        )
+
+    return AsyncConnectionPool(
+        make_url(normalise_url(url)).set(drivername="postgresql").render_as_string(hide_password=False),
+        min_size=size,
+        max_size=size,
+        kwargs={"autocommit": True, "connect_timeout": connect_timeout_s, "application_name": "memory-butler"},
+        configure=end_session_when_client_vanishes,
+        open=False,
+    )
 
 
 @lru_cache(maxsize=8)

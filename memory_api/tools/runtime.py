@@ -18,6 +18,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent
+import psycopg
 from pydantic import BaseModel, ValidationError
 
 from memory_api.tools.services import Services, classify_db_error, opened
@@ -98,9 +99,14 @@ class Call:
 
     async def write(self, fn: Callable[[], T]) -> T:
         """Run a write transaction on the writes' threads; database trouble becomes Unavailable (nothing accepted)."""
-        return await self.services.write(
-            fn, deadline=WRITE_DEADLINE_S, late=("; the write may still complete: retry with the same idempotency_key")
-        )
+        return await self.services.write(fn, deadline=WRITE_DEADLINE_S, late=_LATE_WRITE)
+
+    async def accept(self, fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
+        """Run an accept's statement on the event loop (Services.accept), under the same deadline as a write."""
+        return await self.services.accept(fn, deadline=WRITE_DEADLINE_S, late=_LATE_WRITE)
+
+
+_LATE_WRITE = "; the write may still complete: retry with the same idempotency_key"
 
 
 def _token_key(principal: Principal) -> str | None:

@@ -3,21 +3,25 @@
 Engines, Reader, the query embedding thread (model loaded at start so the first call is fast), the token counter,
 the reference bumper and the broker publisher. (The per-tool request metrics live in shared.telemetry.)
 
-Reads and writes never share a queue: accepts run on their own threads and their own connection pool, so a read
-backlog cannot push an accept past its deadline. Reads are admitted against a bounded queue; one that finds it
+Reads and writes never share a queue: an accept's statement runs on the event loop on its own connection pool (and
+a replay's look-up, like the other writes, on the writes' own threads and pool), so a read backlog cannot push an
+accept past its deadline. Reads are admitted against a bounded queue; one that finds it
 full answers ``degraded`` at once (fail open) rather than timing out late.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
+import psycopg
 from sqlalchemy import Engine
+from psycopg_pool import AsyncConnectionPool, PoolTimeout as AcceptPoolTimeout
 from sqlalchemy.exc import IntegrityError, OperationalError, TimeoutError as PoolTimeout
 
 from memory_api.tools.limits import TokenLimits
@@ -40,8 +44,10 @@ DB_THREADS = 24
 # Token look-ups have threads of their own: a flood of unknown tokens waits here (bounded by the auth deadline)
 # and never takes a thread or a connection from authenticated calls. The pool has room for both.
 AUTH_THREADS = 4
-# Accepts: their own 12 threads and connections. An accept is one short INSERT (~0.5 ms of database time), so 12 in
-# flight carry far more than a front's 500 accepts/s.
+# Accepts: an accept is one short INSERT (~0.5 ms of database time), run on the event loop; 8 connections in flight
+# carry far more than a front's 500 accepts/s. Replays' look-ups and the other writes (feedback, the dashboard's)
+# have their own 12 threads and connections.
+ACCEPT_CONNECTIONS = 8
 WRITE_THREADS = 12
 # Memory reads and the dashboard's share the read pool: up to this many read threads' worth of connections.
 READ_POOL_PER_THREAD = 3
@@ -67,7 +73,8 @@ class Services:
     stdio_principal: Principal | None = None  # the caller when serving stdio (no tokens there)
     engine: Engine | None = None  # the primary: token checks, health, metrics, the dashboard, bumps
     read_engine: Engine | None = None  # memory reads on the primary (Reader, when no replica serves)
-    write_engine: Engine | None = None  # accepts and feedback writes only (the primary)
+    write_engine: Engine | None = None  # replays' accepts, feedback and the dashboard's writes (the primary)
+    accept_pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None  # accepts, on the loop (primary)
     plane: ReadPlane | None = None  # where reads go: DATABASE_READ_URL's replicas, else read_engine
     reader: Reader | None = None
     bumper: ReferenceBumper | None = None
@@ -80,6 +87,7 @@ class Services:
     reads_in_flight: int = 0  # admitted reads, waiting or running (touched on the event loop only)
     token_limits: TokenLimits | None = None
     token_cache: Any = None  # memory_api.server.TokenCache (a purge evicts its tenant)
+    background: set[asyncio.Future[Any]] = field(default_factory=set)  # abandoned accepts, pool checks: kept alive
 
     def __post_init__(self) -> None:
         if self.token_limits is None:
@@ -191,9 +199,17 @@ class Services:
         self.write_limiter = anyio.CapacityLimiter(WRITE_THREADS)
         self.read_limiter = anyio.CapacityLimiter(self.settings.api.read_threads)
         await anyio.to_thread.run_sync(self.open)
+        self.accept_pool = db.make_async_pool(
+            self.database_url,
+            size=ACCEPT_CONNECTIONS,
+            connect_timeout_s=CONNECT_TIMEOUT_S,
+            dead_client_timeout_s=self.settings.dead_client_timeout_seconds,
+        )
+        await self.accept_pool.open(wait=False)  # a front starts while the database is down, and answers unavailable
         try:
             yield self
         finally:
+            await self.accept_pool.close()
             await anyio.to_thread.run_sync(self.close)
 
     async def in_thread(
@@ -226,8 +242,51 @@ class Services:
             self.reads_in_flight -= 1
 
     async def write(self, fn: Callable[[], T], *, deadline: float, late: str = "") -> T:
-        """An accept or feedback write on the writes' own threads (their connections: ``write_engine``)."""
+        """A write transaction on the writes' own threads (their connections: ``write_engine``)."""
         return await self.in_thread(fn, deadline=deadline, late=late, limiter=self.write_limiter)
+
+    async def accept(
+        self, fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]], *, deadline: float, late: str = ""
+    ) -> T:
+        """An accept's statement on the event loop, on the accepts' own connections: no thread hand-off, which cost
+        half of the statement's front CPU (BENCHMARKS.md, issue 14). Abandoned after ``deadline`` seconds, like a
+        thread's work: psycopg cancels the statement of a cancelled task and waits for the server to confirm, so
+        that wait happens in the background, never in the caller's."""
+        pool = opened(self.accept_pool)
+
+        async def run() -> T:
+            async with pool.connection(timeout=deadline) as conn:
+                return await fn(conn)
+
+        task = self._keep(run())
+        done, _ = await asyncio.wait((task,), timeout=deadline)
+        if not done:
+            task.cancel()
+            raise Unavailable(f"database did not answer within {deadline:.1f}s{late}")
+        try:
+            return task.result()
+        except ButlerError:
+            raise
+        except Exception as exc:
+            error = classify_db_error(exc)
+            if error is None:
+                raise
+            if isinstance(error, Unavailable) and not isinstance(exc, AcceptPoolTimeout):
+                self._keep(pool.check())  # a dead connection: replace every idle one that died with it
+            raise error from exc
+
+    def _keep(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """``work`` as a task held until it ends (the loop keeps only weak references), its outcome consumed."""
+        task = asyncio.ensure_future(work)
+        self.background.add(task)
+        task.add_done_callback(_consumed)
+        task.add_done_callback(self.background.discard)
+        return task
+
+
+def _consumed(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # read, so asyncio does not log an abandoned accept's error as never retrieved
 
 
 def _publisher(settings: Settings) -> Any:
@@ -238,11 +297,13 @@ def _publisher(settings: Settings) -> Any:
 
 
 def classify_db_error(exc: Exception) -> ButlerError | None:
-    """Database trouble as a classified error: unreachable/slow → Unavailable; a refused row → IntegrityViolation."""
-    if isinstance(exc, (OperationalError, PoolTimeout)):
+    """Database trouble as a classified error: unreachable/slow → Unavailable; a refused row → IntegrityViolation.
+    SQLAlchemy's errors (on threads) or psycopg's own (the accepts on the event loop; psycopg_pool's timeout is an
+    OperationalError)."""
+    if isinstance(exc, (OperationalError, PoolTimeout, psycopg.OperationalError)):
         return Unavailable(f"database unavailable: {type(exc).__name__}")
-    if isinstance(exc, IntegrityError):
-        return IntegrityViolation(f"refused by the database: {str(exc.orig).splitlines()[0]}")
+    if isinstance(exc, (IntegrityError, psycopg.IntegrityError)):
+        return IntegrityViolation(f"refused by the database: {str(getattr(exc, 'orig', exc)).splitlines()[0]}")
     return None
 
 

@@ -50,37 +50,51 @@ def _check_size(call: Call, field: str, value: str) -> None:
 
 
 async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> list[Accepted]:
-    """Durably accept ``writes`` in one transaction, then wake each shard's worker (never waiting on the broker)."""
-    engine = opened(call.services.write_engine)
-    trace_context = tracing.current_carrier()  # None when tracing is off
+    """Durably accept ``writes``, then wake each shard's worker (never waiting on the broker).
 
-    def work() -> list[Accepted]:
-        # The first try assumes no key was used before (one round trip less); the second looks the keys up and finds
-        # an earlier write (a replay, or a conflict); the third, a concurrent writer's. A fourth race is not worth it.
-        retrying = Retrying(
-            retry=retry_if_exception_type(intake.ConcurrentReplay), stop=stop_after_attempt(3), reraise=True
-        )
+    Most calls are one statement on the event loop that assumes no key was used before (one round trip, no thread);
+    a replay, or a batch over several butlers, is a transaction on a write thread that looks the keys up first and
+    finds the earlier write (or, on its second try, a concurrent writer's)."""
+    trace_context = tracing.current_carrier()  # None when tracing is off
+    accepted: list[Accepted] | None = None
+    if intake.fresh_in_one_statement(writes):
         try:
-            for attempt in retrying:
-                with attempt:
-                    look_up = attempt.retry_state.attempt_number > 1
-                    with unit_of_work(engine, one_statement=intake.one_statement(writes, look_up_keys=look_up)) as conn:
-                        accepted = intake.accept(
+            accepted = await call.accept(
+                lambda conn: intake.accept_fresh(
+                    conn,
+                    tenant_id=call.tenant,
+                    writes=writes,
+                    actor=actor,
+                    request_id=call.request_id,
+                    trace_context=trace_context,
+                )
+            )
+        except intake.ConcurrentReplay:
+            pass  # a key accepted before: the look-up below finds it
+    if accepted is None:
+        engine = opened(call.services.write_engine)
+
+        def work() -> list[Accepted]:
+            retrying = Retrying(
+                retry=retry_if_exception_type(intake.ConcurrentReplay), stop=stop_after_attempt(2), reraise=True
+            )
+            try:
+                for attempt in retrying:
+                    with attempt, unit_of_work(engine) as conn:
+                        return intake.accept(
                             conn,
                             tenant_id=call.tenant,
                             writes=writes,
                             actor=actor,
                             request_id=call.request_id,
                             trace_context=trace_context,
-                            look_up_keys=look_up,
                         )
-                    call.wrote(a.id for a in accepted)  # memory_get of these ids reads where the intents are
-                    return accepted
-        except intake.ConcurrentReplay:
-            raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None
-        raise AssertionError("unreachable")
+            except intake.ConcurrentReplay:
+                raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None
+            raise AssertionError("unreachable")
 
-    accepted = await call.write(work)
+        accepted = await call.write(work)
+    call.wrote(a.id for a in accepted)  # memory_get of these ids reads where the intents are
     for butler in sorted({a.butler for a in accepted}):
         _wake(call, butler)
     return accepted

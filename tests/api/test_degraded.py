@@ -106,6 +106,18 @@ def test_database_that_hangs(proxied, engine: Engine, tenant_a: str) -> None:
     err, elapsed = timed(butler.error, "memory_store_episode", content="stuck", butler="health", idempotency_key="k")
     assert err["error"] == "unavailable" and err["retryable"] is True and elapsed < WRITE_DEADLINE_S + 2
     assert httpx.get(f"{front.base}/healthz", timeout=10).status_code == 503
+    # when it answers again, the retry is accepted: the abandoned statement's connection and the idle ones the
+    # stall broke are replaced (an accept runs on the event loop; its cancelled statement is cleaned up aside)
+    proxy.restore()
+    poll(
+        lambda: not butler.call("memory_store_episode", content="stuck", butler="health", idempotency_key="k").is_error,
+        timeout=30,
+    )
+    with engine.connect() as conn:
+        keyed = conn.execute(
+            text("SELECT count(*) FROM write_intents WHERE tenant_id = :t AND idempotency_key = 'k'"), {"t": tenant_a}
+        ).scalar_one()
+    assert keyed == 1
 
 
 def test_database_slower_than_the_read_timeout(front: Front, engine: Engine, health: Butler) -> None:

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from memory_api.loadtest.client import call_tool, open_session  # noqa: E402
 from shared.candidates import Filter  # noqa: E402
-from shared import candidates, heap, intake  # noqa: E402
+from shared import candidates, db, heap, intake  # noqa: E402
 from shared.db import unit_of_work  # noqa: E402
 from shared.embedding import get_embedder, to_pgvector  # noqa: E402
 from shared.tenancy import create_token  # noqa: E402
@@ -117,19 +117,30 @@ def raw_queries(engine, tenants: list[str], qs: list[str], n: int = 200) -> list
 
 
 def raw_accepts(engine, tenant: str, n: int = 600) -> dict[bool, list[float]]:  # noqa: ANN001
-    """CPU time (this process: SQLAlchemy, the driver) per accept of one keyed episode, in-process, alternating
-    the front's first try (no key look-up) with the look-up path (a retry's, and every accept before this
-    session), so both see the same machine."""
+    """CPU time (this process: the driver, and SQLAlchemy on the look-up path) per accept of one keyed episode,
+    in-process, alternating the front's first try (intake.accept_fresh: one statement, on the event loop) with the
+    look-up path (a replay's, on a thread in the front), so both see the same machine."""
     out: dict[bool, list[float]] = {False: [], True: []}
-    for i in range(n):
-        look_up = bool(i % 2)
-        write = intake.WriteRequest(
-            "episode", "health", {"content": f"raw accept {i}", "butler": "health"}, uuid.uuid4().hex
-        )
-        t0 = time.process_time()
-        with unit_of_work(engine, one_statement=intake.one_statement([write], look_up_keys=look_up)) as conn:
-            intake.accept(conn, tenant_id=tenant, writes=[write], actor="health", request_id=None, look_up_keys=look_up)
-        out[look_up].append(time.process_time() - t0)
+
+    async def run() -> None:
+        async with db.make_async_pool(engine.url.render_as_string(hide_password=False), size=1) as pool:
+            async with pool.connection() as aconn:
+                for i in range(n):
+                    look_up = bool(i % 2)
+                    write = intake.WriteRequest(
+                        "episode", "health", {"content": f"raw accept {i}", "butler": "health"}, uuid.uuid4().hex
+                    )
+                    t0 = time.process_time()
+                    if look_up:
+                        with unit_of_work(engine) as conn:
+                            intake.accept(conn, tenant_id=tenant, writes=[write], actor="health", request_id=None)
+                    else:
+                        await intake.accept_fresh(
+                            aconn, tenant_id=tenant, writes=[write], actor="health", request_id=None
+                        )
+                    out[look_up].append(time.process_time() - t0)
+
+    asyncio.run(run())
     return out
 
 

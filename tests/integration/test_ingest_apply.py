@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.polling import poll
@@ -33,7 +34,7 @@ from memory_workers.enqueue import (
 from memory_workers.extractors import HeuristicExtractor
 from memory_workers.tasks import Runtime, install_runtime
 from memory_workers.tasks.ingest import apply_pending
-from shared import intake
+from shared import db, intake
 from shared.config import Settings, get_settings, load_settings
 from shared.consolidation import key_lock
 from shared.db import unit_of_work
@@ -182,27 +183,27 @@ def test_an_accept_is_one_statement_per_butler_numbered_in_order(engine):
     ]
 
 
-@pytest.mark.parametrize("one_statement", [True, False], ids=["own transaction", "in a transaction"])
-def test_an_accept_that_skips_the_key_look_up_refuses_a_replay_and_the_retry_with_it_finds_the_first(
-    engine, one_statement
-):
-    """The front's first try does not look keys up (most writes are not replays): a replay there raises
-    ConcurrentReplay, the statement fails whole (run as its own transaction, as the front does, or in one) and
-    leaves the key's numbering gap-free, and the try with the look-up returns the first write's id."""
+def test_the_fronts_one_statement_accept_refuses_a_replay_and_the_accept_with_the_look_up_finds_the_first(engine):
+    """The front's first try (accept_fresh, one statement on the event loop) does not look keys up (most writes are
+    not replays): a replay there raises ConcurrentReplay, the statement fails whole and leaves the key's numbering
+    gap-free, and accept (with the look-up) returns the first write's id."""
     tenant_id = new_tenant(engine)
     keyed = [dataclasses.replace(episode("one"), idempotency_key="k1")]
-    assert intake.one_statement(keyed, look_up_keys=False) and not intake.one_statement(keyed, look_up_keys=True)
-    with unit_of_work(engine, one_statement=one_statement) as conn:  # a fresh key: one statement, no look-up
-        (first,) = intake.accept(
-            conn, tenant_id=tenant_id, writes=keyed, actor="t", request_id=None, look_up_keys=False
-        )
+    batch = [dataclasses.replace(episode("fresh"), idempotency_key="k2"), *keyed]  # a fresh write and the replay
+    assert intake.fresh_in_one_statement(keyed) and intake.fresh_in_one_statement(batch)
+    assert not intake.fresh_in_one_statement([*batch, *keyed])  # a key twice in one call
+    assert not intake.fresh_in_one_statement([episode("a"), episode("b", "health")])  # two butlers
 
-    # a batch of a fresh write and the replay: refused whole, the fresh write with it
-    batch = [dataclasses.replace(episode("fresh"), idempotency_key="k2"), *keyed]
-    with pytest.raises(intake.ConcurrentReplay), unit_of_work(engine, one_statement=one_statement) as conn:
-        intake.accept(conn, tenant_id=tenant_id, writes=batch, actor="t", request_id=None, look_up_keys=False)
+    async def fresh(writes: list[intake.WriteRequest]) -> list[intake.Accepted]:
+        async with db.make_async_pool(engine.url.render_as_string(hide_password=False), size=1) as pool:
+            async with pool.connection() as conn:
+                return await intake.accept_fresh(conn, tenant_id=tenant_id, writes=writes, actor="t", request_id=None)
+
+    (first,) = anyio.run(fresh, keyed)
+    with pytest.raises(intake.ConcurrentReplay):  # refused whole, the fresh write with it
+        anyio.run(fresh, batch)
     (replayed,) = accept(engine, tenant_id, keyed)
-    (after,) = accept(engine, tenant_id, [episode("two")])
+    (after,) = anyio.run(fresh, [episode("two")])
 
     assert (first.seq, first.replayed) == (1, False)
     assert (replayed.id, replayed.seq, replayed.replayed) == (first.id, 1, True)
