@@ -16,7 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 import psycopg
@@ -255,8 +255,13 @@ class Services:
         pool = opened(self.accept_pool)
 
         async def run() -> T:
-            async with pool.connection(timeout=deadline) as conn:
-                return await fn(conn)
+            try:
+                async with pool.connection(timeout=deadline) as conn:
+                    return await fn(conn)
+            except psycopg.OperationalError as exc:
+                if not isinstance(exc, AcceptPoolTimeout):
+                    self._keep(pool.check())  # a dead connection: replace every idle one that died with it
+                raise
 
         task = self._keep(run())
         done, _ = await asyncio.wait((task,), timeout=deadline)
@@ -265,15 +270,8 @@ class Services:
             raise Unavailable(f"database did not answer within {deadline:.1f}s{late}")
         try:
             return task.result()
-        except ButlerError:
-            raise
         except Exception as exc:
-            error = classify_db_error(exc)
-            if error is None:
-                raise
-            if isinstance(error, Unavailable) and not isinstance(exc, AcceptPoolTimeout):
-                self._keep(pool.check())  # a dead connection: replace every idle one that died with it
-            raise error from exc
+            _raise_classified(exc)
 
     def _keep(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """``work`` as a task held until it ends (the loop keeps only weak references), its outcome consumed."""
@@ -307,16 +305,19 @@ def classify_db_error(exc: Exception) -> ButlerError | None:
     return None
 
 
+def _raise_classified(exc: Exception) -> NoReturn:
+    """Raise ``exc`` again: a database error as its classified error, anything else as it is."""
+    error = None if isinstance(exc, ButlerError) else classify_db_error(exc)
+    if error is None:
+        raise exc
+    raise error from exc
+
+
 def _classified(fn: Callable[[], T]) -> Callable[[], T]:
     def run() -> T:
         try:
             return fn()
-        except ButlerError:
-            raise
         except Exception as exc:
-            error = classify_db_error(exc)
-            if error is None:
-                raise
-            raise error from exc
+            _raise_classified(exc)
 
     return run

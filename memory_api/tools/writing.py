@@ -55,20 +55,17 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
     Most calls are one statement on the event loop that assumes no key was used before (one round trip, no thread);
     a replay, or a batch over several butlers, is a transaction on a write thread that looks the keys up first and
     finds the earlier write (or, on its second try, a concurrent writer's)."""
-    trace_context = tracing.current_carrier()  # None when tracing is off
+    common: dict[str, Any] = {
+        "tenant_id": call.tenant,
+        "writes": writes,
+        "actor": actor,
+        "request_id": call.request_id,
+        "trace_context": tracing.current_carrier(),  # None when tracing is off
+    }
     accepted: list[Accepted] | None = None
     if intake.fresh_in_one_statement(writes):
         try:
-            accepted = await call.accept(
-                lambda conn: intake.accept_fresh(
-                    conn,
-                    tenant_id=call.tenant,
-                    writes=writes,
-                    actor=actor,
-                    request_id=call.request_id,
-                    trace_context=trace_context,
-                )
-            )
+            accepted = await call.accept(lambda conn: intake.accept_fresh(conn, **common))
         except intake.ConcurrentReplay:
             pass  # a key accepted before: the look-up below finds it
     if accepted is None:
@@ -81,14 +78,7 @@ async def _accept(call: Call, writes: Sequence[WriteRequest], *, actor: str) -> 
             try:
                 for attempt in retrying:
                     with attempt, unit_of_work(engine) as conn:
-                        return intake.accept(
-                            conn,
-                            tenant_id=call.tenant,
-                            writes=writes,
-                            actor=actor,
-                            request_id=call.request_id,
-                            trace_context=trace_context,
-                        )
+                        return intake.accept(conn, **common)
             except intake.ConcurrentReplay:
                 raise Unavailable("a concurrent write with the same idempotency_key is in flight; retry") from None
             raise AssertionError("unreachable")

@@ -3,6 +3,8 @@ payload. Two butlers may use one key; a replay must carry the same write; a diff
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from sqlalchemy import Engine, text
 
 from tests.api.conftest import Butler, Front, applied, count_rows, new_token
@@ -112,3 +114,14 @@ def test_batch_conflicts_are_refused_whole(worker, health: Butler, engine: Engin
         "memory_ingest_batch", episodes=[{"content": "other", "butler": "health", "idempotency_key": "b-1"}]
     )
     assert err["error"] == "idempotency_conflict" and err["field"] == "episodes.0.idempotency_key"
+
+
+def test_one_key_sent_by_many_callers_at_once_is_one_write(health: Butler, engine: Engine, tenant_a: str) -> None:
+    # given twelve retries of one keyed episode arriving together (each accept's first try assumes a fresh key)
+    args = {"content": "Moved the dentist to Tuesday", "butler": "health", "idempotency_key": "race-1"}
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = list(pool.map(lambda _: health.ok("memory_store_episode", **args), range(12)))
+    # then every caller gets the one id, all but one as a replay, and one intent is recorded
+    assert len({a["id"] for a in answers}) == 1
+    assert sorted(a["replayed"] for a in answers) == [False] + [True] * 11
+    assert [(butler, key) for butler, key, _ in _intents(engine, tenant_a)] == [("health", "race-1")]
