@@ -5,8 +5,8 @@ the reference bumper and the broker publisher. (The per-tool request metrics liv
 
 Reads and writes never share a queue: an accept's statement runs on the event loop on its own connection pool (and
 a replay's look-up, like the other writes, on the writes' own threads and pool), so a read backlog cannot push an
-accept past its deadline. Reads are admitted against a bounded queue; one that finds it
-full answers ``degraded`` at once (fail open) rather than timing out late.
+accept past its deadline. Reads are admitted against a bounded queue; one that finds it full answers ``degraded``
+at once (fail open) rather than timing out late.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any, NoReturn, TypeVar
 
 import anyio
 import psycopg
-from sqlalchemy import Engine
 from psycopg_pool import AsyncConnectionPool, PoolTimeout as AcceptPoolTimeout
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, TimeoutError as PoolTimeout
 
 from memory_api.tools.limits import TokenLimits
@@ -87,7 +87,7 @@ class Services:
     reads_in_flight: int = 0  # admitted reads, waiting or running (touched on the event loop only)
     token_limits: TokenLimits | None = None
     token_cache: Any = None  # memory_api.server.TokenCache (a purge evicts its tenant)
-    background: set[asyncio.Future[Any]] = field(default_factory=set)  # abandoned accepts, pool checks: kept alive
+    background: set[asyncio.Future[Any]] = field(default_factory=set)  # accepts' tasks, pool checks (Services._keep)
 
     def __post_init__(self) -> None:
         if self.token_limits is None:
