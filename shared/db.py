@@ -186,12 +186,18 @@ def make_engine(
     return engine
 
 
+# psycopg_pool retries a connection it lost with a doubling back-off for reconnect_timeout (5 minutes by default):
+# after a long outage its next try could come minutes after the database is back. A slot that cannot connect for
+# this long is given up instead, and made again (at once) when a caller waits for a connection.
+POOL_RECONNECT_TIMEOUT_S = 5.0
+
+
 def make_async_pool(
     url: str, *, size: int, connect_timeout_s: int = 3, dead_client_timeout_s: float = DEAD_CLIENT_TIMEOUT_S
 ) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
     """A fixed-size pool of autocommit connections for statements run on an event loop (the front's accepts), set
     up as :func:`make_engine`'s. Not opened: ``await pool.open(wait=False)`` on that loop (a front starts even when
-    the database is down; the pool keeps trying in the background)."""
+    the database is down; the pool keeps trying in the background, and on demand: POOL_RECONNECT_TIMEOUT_S)."""
     from psycopg_pool import AsyncConnectionPool
 
     psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_LENGTH
@@ -209,6 +215,7 @@ def make_async_pool(
         max_size=size,
         kwargs={"autocommit": True, "connect_timeout": connect_timeout_s, "application_name": "memory-butler"},
         configure=end_session_when_client_vanishes,
+        reconnect_timeout=POOL_RECONNECT_TIMEOUT_S,
         open=False,
     )
 

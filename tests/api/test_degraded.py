@@ -17,6 +17,7 @@ from sqlalchemy import Engine, text
 
 from memory_api.tools.runtime import READ_GRACE_S, WRITE_DEADLINE_S
 from shared.config import Settings
+from shared.db import POOL_RECONNECT_TIMEOUT_S
 from tests.api.conftest import READ_TIMEOUT_MS, Butler, Front, TcpProxy, count_rows, new_token, poll
 
 READ_BOUND_S = READ_TIMEOUT_MS / 1000 + READ_GRACE_S + 1.0  # + the MCP round trip
@@ -118,6 +119,22 @@ def test_database_that_hangs(proxied, engine: Engine, tenant_a: str) -> None:
             text("SELECT count(*) FROM write_intents WHERE tenant_id = :t AND idempotency_key = 'k'"), {"t": tenant_a}
         ).scalar_one()
     assert keyed == 1
+
+
+def test_accepts_come_back_within_seconds_of_a_long_outage(proxied, engine: Engine, tenant_a: str) -> None:
+    front, proxy = proxied
+    butler = Butler(front.url, new_token(engine, tenant_a, ["health"]))
+    assert butler.ok("memory_store_episode", content="before", butler="health")["status"] == "accepted"
+    # given the database gone for four times the pool's reconnect timeout, an accept having found its connection dead
+    proxy.refuse()
+    err = butler.error("memory_store_episode", content="during", butler="health")
+    assert err["error"] == "unavailable" and err["retryable"] is True
+    time.sleep(4 * POOL_RECONNECT_TIMEOUT_S)
+    # when it comes back, the first accept is answered at once: the pool connects when a caller waits, rather
+    # than on a back-off that has doubled through the outage (its next try could come ~10 s later here)
+    proxy.restore()
+    out, elapsed = timed(butler.ok, "memory_store_episode", content="after", butler="health")
+    assert out["status"] == "accepted" and elapsed < 3.0, (out, elapsed)
 
 
 def test_database_slower_than_the_read_timeout(front: Front, engine: Engine, health: Butler) -> None:
