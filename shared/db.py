@@ -130,6 +130,16 @@ def dead_client_settings(timeout_s: float) -> dict[str, str]:
     }
 
 
+def dead_client_statement(timeout_s: float) -> tuple[str, list[str]]:
+    """The statement (and its parameters) a new connection runs once to apply :func:`dead_client_settings`:
+    set_config rather than libpq's ``options``, which PgBouncer refuses."""
+    settings = dead_client_settings(timeout_s)
+    return (
+        "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
+        [v for item in settings.items() for v in item],
+    )
+
+
 # psycopg turns a statement's %(name)s placeholders into $n with a regex pass over its text, and remembers the result
 # only for statements of at most 4,096 bytes (and 50 distinct parameters). The candidate statement of a read over
 # facts, rules and episodes (shared.candidates: every memory_context) is ~9-10 KB with 13, so it was parsed again on
@@ -167,16 +177,13 @@ def make_engine(
         pool_timeout=5,
         connect_args={"connect_timeout": connect_timeout_s, "application_name": "memory-butler"},
     )
-    settings = dead_client_settings(dead_client_timeout_s)
+    dead_client = dead_client_statement(dead_client_timeout_s)
 
     @event.listens_for(engine, "connect")
     def _end_session_when_client_vanishes(dbapi_connection: Any, record: Any) -> None:
-        # One round trip per new pooled connection; set_config rather than libpq's `options`, which PgBouncer refuses.
+        # One round trip per new pooled connection.
         with dbapi_connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
-                [v for item in settings.items() for v in item],
-            )
+            cursor.execute(*dead_client)
             if session_settings:
                 cursor.execute(session_settings)
         dbapi_connection.commit()
@@ -201,13 +208,10 @@ def make_async_pool(
     from psycopg_pool import AsyncConnectionPool
 
     psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_LENGTH
-    settings = dead_client_settings(dead_client_timeout_s)
+    dead_client = dead_client_statement(dead_client_timeout_s)
 
     async def end_session_when_client_vanishes(conn: psycopg.AsyncConnection[Any]) -> None:
-        await conn.execute(
-            "SELECT " + ", ".join(["set_config(%s, %s, false)"] * len(settings)),
-            [v for item in settings.items() for v in item],
-        )
+        await conn.execute(*dead_client)
 
     return AsyncConnectionPool(
         make_url(normalise_url(url)).set(drivername="postgresql").render_as_string(hide_password=False),
