@@ -148,8 +148,9 @@ def _verification(figures: dict[str, Any]) -> str:
             f"in {iso.get('probes', 0)} probes"
         )
     else:
+        unapplied = f"unapplied {db['unapplied']}, " if db.get("unapplied") else ""
         line = (
-            f"lost {db['lost']}, duplicated {db['duplicated']}, out of order {db['out_of_order']}, "
+            f"lost {db['lost']}, {unapplied}duplicated {db['duplicated']}, out of order {db['out_of_order']}, "
             f"not terminal {db['non_terminal']}, cross-tenant {db['cross_tenant_sql'] + iso.get('leaks', 0)}"
         )
     if figures["failures"]:

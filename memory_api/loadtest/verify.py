@@ -2,7 +2,9 @@
 was lost, duplicated, reordered or shown to another tenant.
 
 The checks, for the run's episodes (the rows carrying the run's marker tag):
-- lost: an id the front answered "accepted" for that is not in ``episodes`` (its intent's status says why);
+- lost: an id the front answered "accepted" for that is not in ``episodes`` and whose intent is not waiting in the
+  outbox (its intent's status says why); one still ``pending`` there is durable but not applied yet: "unapplied"
+  (a run whose backlog did not drain, e.g. the front measured alone with the worker paused);
 - duplicated: two rows with one text (every generated text is unique), or one id accepted for two writes;
 - out of order: within one client's writes to one (tenant, butler), ``seq`` must grow with the send order;
 - not terminal: once drained, every episode is consolidated or dead-lettered (or failed with a retry scheduled);
@@ -93,8 +95,8 @@ def check_database(
     with engine.connect() as conn:
         rows = conn.execute(EPISODES_SQL, {"t": tenant_ids, "tag": run_tag}).mappings().all()
         seq_of = {r["id"]: r["seq"] for r in rows}
-        lost_ids = sorted({a.id for a in accepts} - seq_of.keys())
-        lost_status = Counter(r["status"] for r in conn.execute(INTENT_STATUS_SQL, {"ids": lost_ids}).mappings())
+        absent = sorted({a.id for a in accepts} - seq_of.keys())
+        intent_status = {r["id"]: r["status"] for r in conn.execute(INTENT_STATUS_SQL, {"ids": absent}).mappings()}
         cross = {
             r["tbl"]: r["n"]
             for r in conn.execute(CROSS_TENANT_SQL, {"t": tenant_ids, "m": [t.marker for t in tenants]}).mappings()
@@ -105,12 +107,15 @@ def check_database(
         1 for r in rows if r["status"] == "pending" or (r["status"] == "failed" and not r["retry_scheduled"])
     )
     ids = Counter(a.id for a in accepts)
+    lost_ids = [i for i in absent if intent_status.get(i) != "pending"]
+    lost_status = Counter(intent_status.get(i, "missing") for i in lost_ids)
     return {
         "accepted": len(accepts),
         "stored": len(rows),
         "lost": len(lost_ids),
-        "lost_by_intent_status": {**lost_status, "missing": len(lost_ids) - sum(lost_status.values())},
+        "lost_by_intent_status": dict(lost_status),
         "lost_sample": lost_ids[:10],
+        "unapplied": len(absent) - len(lost_ids),
         "duplicated": sum(n - 1 for n in digests.values() if n > 1) + sum(n - 1 for n in ids.values() if n > 1),
         "unacknowledged": len(seq_of.keys() - ids.keys()),
         "out_of_order": out_of_order(accepts, seq_of),
@@ -184,6 +189,10 @@ def verdict(figures: dict[str, Any]) -> list[str]:
     checks = [
         (figures.get("drained") is False, f"backlog not drained within {figures.get('drain_timeout_s')}s"),
         (db.get("lost", 0) > 0, f"{db.get('lost')} accepted episodes lost ({db.get('lost_by_intent_status')})"),
+        (
+            db.get("unapplied", 0) > 0,
+            f"{db.get('unapplied')} accepted episodes still waiting in the outbox, not applied",
+        ),
         (db.get("duplicated", 0) > 0, f"{db.get('duplicated')} duplicated episodes"),
         (db.get("out_of_order", 0) > 0, f"{db.get('out_of_order')} episodes out of order"),
         (db.get("non_terminal", 0) > 0, f"{db.get('non_terminal')} episodes not in a terminal consolidation state"),

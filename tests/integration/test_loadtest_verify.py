@@ -132,6 +132,28 @@ def test_a_lost_episode_is_reported_with_its_intent_status(engine: Engine, run: 
     assert report["lost_sample"] == [ghost.id]
 
 
+def test_an_accepted_episode_still_in_the_outbox_is_unapplied_not_lost(engine: Engine, run: dict):
+    # given one more write accepted by the intake after the worker ran: durable, but not applied
+    first = run["accepts"][0]
+    payload = EpisodeWrite(content=f"Waiting (ref {run['tenants'][0].marker})", butler=first.butler)
+    with unit_of_work(engine) as conn:
+        (a,) = intake.accept(
+            conn,
+            tenant_id=first.tenant_id,
+            actor=first.butler,
+            request_id=None,
+            writes=[WriteRequest("episode", first.butler, payload.model_dump(mode="json"), "waiting-1")],
+        )
+    waiting = replace(first, id=str(a.id), idempotency_key="waiting-1", position=998)
+
+    # then it is counted apart from the lost, and the verdict says where it is
+    report = _check(engine, run, [*run["accepts"], waiting])
+    assert (report["lost"], report["unapplied"], report["lost_by_intent_status"]) == (0, 1, {})
+    failures = verify.verdict({"drained": False, "drain_timeout_s": 1, "database": report, "counts": {}})
+    assert "1 accepted episodes still waiting in the outbox, not applied" in failures
+    assert not any("lost" in f for f in failures)
+
+
 def test_sends_answered_out_of_seq_order_are_reported(engine: Engine, run: dict):
     # given a client whose 2nd and 3rd writes to one butler got their seqs the other way round (swap the ids)
     accepts = list(run["accepts"])
