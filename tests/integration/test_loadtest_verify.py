@@ -47,22 +47,13 @@ def run(engine: Engine, database_url: str) -> dict:
     accepts: list[Accept] = []
     for client, tenant in enumerate(tenants):
         for e in generator.client_episodes(run_id, client=client, count=EPISODES_PER_CLIENT, tenant=tenant, seed=3):
-            payload = EpisodeWrite(content=e.content, butler=e.butler).model_dump(mode="json")
-            with unit_of_work(engine) as conn:
-                (a,) = intake.accept(
-                    conn,
-                    tenant_id=e.tenant_id,
-                    actor=e.butler,
-                    request_id=None,
-                    writes=[WriteRequest("episode", e.butler, payload, e.idempotency_key)],
-                )
             accepts.append(
                 Accept(
                     e.tenant_id,
                     e.butler,
                     client,
                     e.position,
-                    str(a.id),
+                    _accept(engine, e.tenant_id, e.butler, e.content, e.idempotency_key),
                     e.idempotency_key,
                     0.0,
                     0.0,
@@ -78,6 +69,20 @@ def run(engine: Engine, database_url: str) -> dict:
         for butler in tenant.butlers:
             apply_pending(runtime, tenant_id=tenant.tenant_id, butler=butler, actor=Actor("worker:test"))
     return {"run_id": run_id, "tenants": tenants, "accepts": accepts, "tokens": tokens, "pending_before": pending}
+
+
+def _accept(engine: Engine, tenant_id: str, butler: str, content: str, key: str) -> str:
+    """One episode accepted as the front accepts it (a pending write intent); its id."""
+    payload = EpisodeWrite(content=content, butler=butler).model_dump(mode="json")
+    with unit_of_work(engine) as conn:
+        (a,) = intake.accept(
+            conn,
+            tenant_id=tenant_id,
+            actor=butler,
+            request_id=None,
+            writes=[WriteRequest("episode", butler, payload, key)],
+        )
+    return str(a.id)
 
 
 def _check(engine: Engine, run: dict, accepts: Sequence[Accept] | None = None) -> dict:
@@ -135,16 +140,8 @@ def test_a_lost_episode_is_reported_with_its_intent_status(engine: Engine, run: 
 def test_an_accepted_episode_still_in_the_outbox_is_unapplied_not_lost(engine: Engine, run: dict):
     # given one more write accepted by the intake after the worker ran: durable, but not applied
     first = run["accepts"][0]
-    payload = EpisodeWrite(content=f"Waiting (ref {run['tenants'][0].marker})", butler=first.butler)
-    with unit_of_work(engine) as conn:
-        (a,) = intake.accept(
-            conn,
-            tenant_id=first.tenant_id,
-            actor=first.butler,
-            request_id=None,
-            writes=[WriteRequest("episode", first.butler, payload.model_dump(mode="json"), "waiting-1")],
-        )
-    waiting = replace(first, id=str(a.id), idempotency_key="waiting-1", position=998)
+    content = f"Waiting (ref {run['tenants'][0].marker})"
+    waiting = replace(first, id=_accept(engine, first.tenant_id, first.butler, content, "waiting-1"), position=998)
 
     # then it is counted apart from the lost, and the verdict says where it is
     report = _check(engine, run, [*run["accepts"], waiting])
