@@ -145,8 +145,10 @@ def dead_client_statement(timeout_s: float) -> tuple[str, list[str]]:
 # facts, rules and episodes (shared.candidates: every memory_context) is ~9-10 KB with 13, so it was parsed again on
 # every read: 170 us a conversion against 25 remembered (reference 7 ms, a slow day). Its shapes are few
 # (candidates._statement keeps 256); a bulk insert's many parameters still keep it out of the driver's 128
-# entries. psycopg is pinned; test_domain's read-pool test fails if this stops working.
+# entries. Set once for the process, for every connection made here (the engines' and the accepts' pool). psycopg is
+# pinned; test_domain's read-pool test fails if this stops working.
 CACHED_STATEMENT_LENGTH = 16_384
+psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_LENGTH
 
 SESSION_SETTINGS = "memory_butler.session_settings"  # a pooled connection's info key: the settings it runs with
 
@@ -168,7 +170,6 @@ def make_engine(
     dead fails its statement, and the pool then replaces every connection older than it.
     ``session_settings``: SET statements every new connection runs once (an engine that serves only reads, see
     :func:`shared.candidates.retrieval_session`); recorded in each connection's ``info[SESSION_SETTINGS]``."""
-    psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_LENGTH
     engine = create_engine(
         normalise_url(url),
         pool_size=pool_size,
@@ -207,7 +208,6 @@ def make_async_pool(
     the database is down; the pool keeps trying in the background, and on demand: POOL_RECONNECT_TIMEOUT_S)."""
     from psycopg_pool import AsyncConnectionPool
 
-    psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_LENGTH
     dead_client = dead_client_statement(dead_client_timeout_s)
 
     async def end_session_when_client_vanishes(conn: psycopg.AsyncConnection[Any]) -> None:
