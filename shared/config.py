@@ -297,8 +297,9 @@ class EmbeddingSettings(_Section):
     query_long_threads: int = Field(2, ge=1, le=64)
     query_long_tokens: int = Field(64, ge=1, le=512)
     # Queries run on the model with 8-bit weights (ONNX; stored memories keep the float vectors unless store_int8):
-    # about half the CPU per query, each vector within ~0.007 cosine of the float one, the same retrieval quality on
-    # the conversation benchmark's both splits (BENCHMARKS.md, "Embedding backends"). false = the float model.
+    # about half the CPU per query on the project's fast machine (none saved on an AVX2-only CPU without VNNI), each
+    # vector within ~0.007 cosine of the float one, the same retrieval quality on the conversation benchmark's both
+    # splits (BENCHMARKS.md, "Embedding backends"). false = the float model.
     query_int8: bool = True
     # Stored memories (episodes, their context and windows, facts, rules) are embedded on the int8 model too, each
     # text alone: the workers' embedding is their main cost (BENCHMARKS.md, "Stored vectors: smaller batches,
