@@ -52,6 +52,7 @@ def cmd_burst(args: argparse.Namespace) -> int:
         readers=args.readers,
         read_rate=args.read_rate,
         read_tool=args.read_tool,
+        client=args.client,
         replay=args.replay,
         chaos=args.chaos,
         outage_s=args.outage,
@@ -125,6 +126,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     load.add_argument("--readers", type=_at_least(int), default=0, help="concurrent readers (default 0)")
     load.add_argument("--read-rate", type=_at_least(float), default=50.0, help="reads/s over all readers (default 50)")
     load.add_argument("--read-tool", choices=("context", "search"), default="context")
+    load.add_argument(
+        "--client",
+        choices=("mcp", "http"),
+        default="mcp",
+        help="mcp: the MCP SDK's client, as a butler runs it (default); http: the same JSON-RPC calls from a lean "
+        "client, ~1/5 of the SDK's CPU per call, for peak rates on the machine under test",
+    )
     load.add_argument("--replay", action="store_true", help="send every write twice with the same idempotency key")
     load.add_argument("--seed", type=int, default=1, help="seed of the generated text (default 1)")
     drill = p.add_argument_group("fault drills (a stack of their own, local only)")

@@ -49,6 +49,7 @@ class BurstConfig:
     readers: int = 0
     read_rate: float = 50.0
     read_tool: str = "context"
+    client: str = "mcp"  # the SDK's client, or "http": the lean one (memory_api.loadtest.jsonrpc)
     replay: bool = False
     chaos: str | None = None
     outage_s: float = 5.0
@@ -201,7 +202,11 @@ def _clients(
     per reader kept every reader's slots in step with the others', so all the reads of a round arrived at once.)
     """
     client_config = ClientConfig(
-        url=url, give_up_s=config.give_up_s, replay=config.replay or config.chaos == "replay", batch=config.batch
+        url=url,
+        give_up_s=config.give_up_s,
+        replay=config.replay or config.chaos == "replay",
+        batch=config.batch,
+        client=config.client,
     )
     pacer, read_pacer, writers = Pacer(config.rate), Pacer(config.read_rate), []
     for client, count in enumerate(generator.split_evenly(config.episodes, config.clients)):
@@ -219,6 +224,7 @@ def _clients(
             read_pacer,
             stop,
             start,
+            client=config.client,
         )
         for i in range(config.readers)
     ]

@@ -1,4 +1,5 @@
-"""Load-test clients that behave like butlers: the real MCP client over streamable HTTP, one session per task.
+"""Load-test clients that behave like butlers: the real MCP client over streamable HTTP, one session per task
+(or, with ``client="http"``, the same calls from the lean client in ``memory_api.loadtest.jsonrpc``).
 
 A writer sends its episodes one call at a time (so its send order is the order the front must keep per
 (tenant, butler)), always with an idempotency key, and retries what did not answer "accepted": a retryable
@@ -20,12 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import h11
 import httpx2
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from memory_api.loadtest.generator import Episode
+from memory_api.loadtest.jsonrpc import JsonRpcSession, ProtocolFailure
 from memory_api.loadtest.metrics import Accept, Recorder
 
 # Anything the network, the HTTP layer or the MCP session raises when the front is gone or slow.
@@ -37,7 +40,10 @@ TRANSPORT_ERRORS = (
     anyio.BrokenResourceError,
     anyio.ClosedResourceError,
     anyio.EndOfStream,
+    ProtocolFailure,
+    h11.ProtocolError,
 )
+Session = ClientSession | JsonRpcSession
 BACKOFF_START_S = 0.05
 
 
@@ -49,6 +55,7 @@ class ClientConfig:
     backoff_max_s: float = 2.0
     replay: bool = False  # send every write twice with the same idempotency key
     batch: int = 0  # 0: memory_store_episode; K: memory_ingest_batch of up to K
+    client: str = "mcp"  # "mcp": the SDK's client (a butler's); "http": the lean one (memory_api.loadtest.jsonrpc)
 
 
 class ToolFailed(Exception):
@@ -68,9 +75,14 @@ def is_transport_error(exc: BaseException) -> bool:
 
 
 @asynccontextmanager
-async def open_session(url: str, token: str, *, timeout_s: float) -> AsyncIterator[ClientSession]:
+async def open_session(url: str, token: str, *, timeout_s: float, client: str = "mcp") -> AsyncIterator[Session]:
     """An initialised MCP session with a bearer token and the tools listed, as a butler opens one (the SDK would
-    otherwise list them at the first call, to check results against their output schemas)."""
+    otherwise list them at the first call, to check results against their output schemas); ``client="http"``:
+    the lean client's session."""
+    if client == "http":
+        async with JsonRpcSession.open(url, token, timeout_s=timeout_s) as lean:
+            yield lean
+        return
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s)) as http:
         async with streamable_http_client(url, http_client=http) as (read, write):
@@ -106,7 +118,7 @@ class StartLine:
         self.go.set()
 
 
-async def call_tool(session: ClientSession, tool: str, arguments: dict[str, Any], *, timeout_s: float) -> dict:
+async def call_tool(session: Session, tool: str, arguments: dict[str, Any], *, timeout_s: float) -> dict:
     """The tool's structured result; ToolFailed for a classified error."""
     result = await session.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
     body = result.structured_content or {}
@@ -169,7 +181,9 @@ class Writer:
         counts = self.recorder.counts
         while self.queue and not self.stop.is_set():
             try:
-                async with open_session(self.config.url, self.token, timeout_s=self.config.call_timeout_s) as session:
+                async with open_session(
+                    self.config.url, self.token, timeout_s=self.config.call_timeout_s, client=self.config.client
+                ) as session:
                     await self.start.ready()
                     while self.queue and not self.stop.is_set():
                         await self._send_head(session)
@@ -183,7 +197,7 @@ class Writer:
                     await asyncio.sleep(self.queue[0].next_backoff(self.config.backoff_max_s))
         counts["not_sent"] += sum(len(p.episodes) for p in self.queue if p.accepted is None)
 
-    async def _send_head(self, session: ClientSession) -> None:
+    async def _send_head(self, session: Session) -> None:
         """Send the head write until it is accepted (and replayed), rejected or given up; then pop it."""
         head = self.queue[0]
         if head.first_sent_at is None:
@@ -295,12 +309,13 @@ class Reader:
     start: StartLine
     timeout_s: float = 30.0
     max_in_flight: int = 16
+    client: str = "mcp"  # as ClientConfig.client
 
     async def run(self) -> None:
         rng = random.Random(id(self))
         while not self.stop.is_set():
             try:
-                async with open_session(self.url, self.token, timeout_s=self.timeout_s) as session:
+                async with open_session(self.url, self.token, timeout_s=self.timeout_s, client=self.client) as session:
                     await self.start.ready()
                     await self._read_until_stopped(session, rng)
             except Exception as exc:  # noqa: BLE001
@@ -309,7 +324,7 @@ class Reader:
                 self.recorder.counts["read_transport_errors"] += 1
                 await asyncio.sleep(0.5)
 
-    async def _read_until_stopped(self, session: ClientSession, rng: random.Random) -> None:
+    async def _read_until_stopped(self, session: Session, rng: random.Random) -> None:
         in_flight: set[asyncio.Task] = set()
         async with asyncio.TaskGroup() as group:
             while not self.stop.is_set():
@@ -321,7 +336,7 @@ class Reader:
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
 
-    async def _read(self, session: ClientSession, rng: random.Random) -> None:
+    async def _read(self, session: Session, rng: random.Random) -> None:
         query, butler = rng.choice(self.queries), rng.choice(self.butlers)
         args: dict[str, Any] = (
             {"trigger_prompt": query, "butler": butler}
