@@ -1,5 +1,5 @@
-"""The load test's lean client (``--client http``): MCP tool calls as plain JSON-RPC POSTs over one kept HTTP/1.1
-connection (h11 on asyncio streams), for peak-rate runs on the machine under test.
+"""The load test's lean client (``--client http``): MCP tool calls as plain JSON-RPC POSTs over kept HTTP/1.1
+connections (h11 on asyncio streams), for peak-rate runs on the machine under test.
 
 The SDK's client (``--client mcp``, the default: what a butler runs) costs about 1 ms of CPU per call on a fast
 2-core machine and 4 ms on a slow one. At 500 calls/s the load generator then takes half a core or more from the
