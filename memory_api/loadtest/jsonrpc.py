@@ -4,7 +4,7 @@ connections (h11 on asyncio streams), for peak-rate runs on the machine under te
 The SDK's client (``--client mcp``, the default: what a butler runs) costs about 1 ms of CPU per call on a fast
 2-core machine and 4 ms on a slow one. At 500 calls/s the load generator then takes half a core or more from the
 front it measures. This client sends the same requests to the same endpoint (the front answers stateless JSON)
-for about a fifth of that. It does what the load test needs and no more: ``initialize`` once per connection, then
+for about a fifth of that. It does what the load test needs and no more: ``initialize`` once per session, then
 ``tools/call`` with JSON answers; no server-sent events, no notifications.
 
 It duck-types the part of the SDK's session the load test uses (``call_tool`` returning ``structured_content`` and
