@@ -126,11 +126,8 @@ class _Connection:
     def reusable(self) -> bool:
         """Whether the next request can go on this connection: the last exchange ended cleanly, the front has not
         closed it, and it has not been idle long enough for the front to close it while a request is on its way."""
-        http = self._http
-        if http.our_state is h11.DONE and http.their_state is h11.DONE:
-            http.start_next_cycle()
         reader_done = self._streams is not None and self._streams[0].at_eof()
-        return http.our_state is h11.IDLE and not reader_done and time.monotonic() - self._last_used < IDLE_S
+        return self._http.our_state is h11.IDLE and not reader_done and time.monotonic() - self._last_used < IDLE_S
 
     async def post(self, target: str, headers: list[tuple[str, str]], body: bytes) -> tuple[int, bytes]:
         if self._streams is None:
@@ -153,6 +150,8 @@ class _Connection:
                 break
             elif isinstance(event, h11.ConnectionClosed):
                 raise ConnectionResetError("the front closed the connection before it answered")
+        if http.our_state is h11.DONE and http.their_state is h11.DONE:  # kept alive: ready for the next request
+            http.start_next_cycle()
         self._last_used = time.monotonic()
         return status, b"".join(chunks)
 
