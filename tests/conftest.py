@@ -17,6 +17,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
 from shared import db
+from tests.typecheck import MYPY, TEST_NAME, start_mypy
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_PGDATA = Path(os.environ.get("TEST_PGDATA", ROOT / ".memory-butler" / "test-pgdata"))
@@ -96,3 +97,17 @@ def tenant(conn) -> str:
     tenant_id = f"t-{uuid.uuid4().hex[:12]}"
     conn.execute(text("INSERT INTO tenants (id) VALUES (:t)"), {"t": tenant_id})
     return tenant_id
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A run that holds the type check starts it now, to run beside the other tests (tests/typecheck.py)."""
+    if any(item.name == TEST_NAME for item in session.items):
+        session.config.stash[MYPY] = start_mypy()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The suite leaves no process behind: a type check still running (the run stopped early) is ended."""
+    mypy = session.config.stash.get(MYPY, None)
+    if mypy is not None and mypy.poll() is None:
+        mypy.kill()
+        mypy.communicate()

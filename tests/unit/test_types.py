@@ -1,24 +1,15 @@
-"""The typing the suite enforces ([tool.mypy] in pyproject.toml): mypy over the files it lists, shared strictly."""
+"""The typing the suite enforces ([tool.mypy] in pyproject.toml): mypy over the files it lists, shared strictly.
+The run starts mypy early, beside the other tests (tests/typecheck.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.typecheck import MYPY, start_mypy
 
 
-def test_mypy_finds_nothing_in_the_tree():
+def test_mypy_finds_nothing_in_the_tree(request):
     assert importlib.util.find_spec("mypy") is not None, "mypy is not installed (pip install -e '.[test]')"
-    # The cache (.mypy_cache, ignored by git) makes a re-run take seconds; a first run takes about 30 s of CPU.
-    done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--cache-dir", str(ROOT / ".mypy_cache")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    mypy = request.config.stash.get(MYPY, None) or start_mypy()
+    output, _ = mypy.communicate(timeout=600)
+    assert mypy.returncode == 0, output
