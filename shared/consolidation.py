@@ -273,53 +273,25 @@ def apply_plan(
     """Store one plan's facts and rules, confirm and contradict, and link everything to its episodes."""
     counts: Counter[str] = Counter()
     links: list[dict[str, Any]] = []
-    facts = len(plan.facts)
-    _apply_facts(
-        conn,
-        batch=batch,
-        plan=plan,
-        vectors=vectors[:facts],
-        version_id=version_id,
-        ctx=ctx,
-        counts=counts,
-        links=links,
-    )
-    _apply_rules(
-        conn,
-        batch=batch,
-        plan=plan,
-        vectors=vectors[facts:],
-        version_id=version_id,
-        ctx=ctx,
-        counts=counts,
-        links=links,
-    )
-    links += _feedback(conn, batch=batch, plan=plan, ctx=ctx, counts=counts)
-    repo.add_links(conn, links)
-    counts["links"] += len(links)
-    return counts
-
-
-def _apply_facts(
-    conn: Connection,
-    *,
-    batch: Batch,
-    plan: Plan,
-    vectors: np.ndarray,
-    version_id: int | None,
-    ctx: RunContext,
-    counts: Counter[str],
-    links: list[dict[str, Any]],
-) -> None:
-    """The plan's facts: each confirms the known fact it restates, or is stored (superseding its key's)."""
     # Take every fact-key lock this plan needs up front, in one global order: two consolidations of one tenant
     # writing overlapping global keys in different orders would otherwise deadlock (seen in load tests).
     for scope, subject, predicate in sorted({(f.write.scope, f.write.subject, f.write.predicate) for f in plan.facts}):
         repo.lock_fact_key(conn, tenant_id=batch.tenant_id, scope=scope, subject=subject, predicate=predicate)
-    threshold = ctx.settings.consolidation.fact_match_similarity
-    for planned, vector in zip(plan.facts, vectors, strict=True):
-        same = _known_like(conn, batch=batch, kind="fact", write=planned.write, vector=vector, threshold=threshold)
-        known = next(iter(same), None)
+    match = ctx.settings.consolidation
+    for planned, vector in zip(plan.facts, vectors[: len(plan.facts)], strict=True):
+        known = next(
+            iter(
+                _known_like(
+                    conn,
+                    batch=batch,
+                    kind="fact",
+                    write=planned.write,
+                    vector=vector,
+                    threshold=match.fact_match_similarity,
+                )
+            ),
+            None,
+        )
         if known is not None:  # the same fact said another way: it confirms the one memory holds
             counts.update(
                 _confirm_known(
@@ -354,24 +326,15 @@ def _apply_facts(
                 ctx=ctx,
             )
         links += [_link(batch, ctx, "fact", planned.id, "episode", e, "derived_from") for e in planned.sources]
-
-
-def _apply_rules(
-    conn: Connection,
-    *,
-    batch: Batch,
-    plan: Plan,
-    vectors: np.ndarray,
-    version_id: int | None,
-    ctx: RunContext,
-    counts: Counter[str],
-    links: list[dict[str, Any]],
-) -> None:
-    """The plan's rules: each confirms (and merges) the known rules it restates, is refused by an anti-pattern it
-    restates, or is stored as a candidate."""
-    threshold = ctx.settings.consolidation.rule_match_similarity
-    for planned, vector in zip(plan.rules, vectors, strict=True):
-        same = _known_like(conn, batch=batch, kind="rule", write=planned.write, vector=vector, threshold=threshold)
+    for planned_rule, vector in zip(plan.rules, vectors[len(plan.facts) :], strict=True):
+        same = _known_like(
+            conn,
+            batch=batch,
+            kind="rule",
+            write=planned_rule.write,
+            vector=vector,
+            threshold=match.rule_match_similarity,
+        )
         known = next(iter(same), None)
         if known is not None and known["maturity"] == "anti_pattern":  # learned to be harmful: not learned again
             counts["blocked_by_anti_pattern"] += 1
@@ -379,7 +342,7 @@ def _apply_rules(
         if known is not None:
             counts.update(
                 _confirm_known(
-                    conn, batch=batch, kind="rule", known=known, sources=planned.sources, ctx=ctx, links=links
+                    conn, batch=batch, kind="rule", known=known, sources=planned_rule.sources, ctx=ctx, links=links
                 )
             )
             counts["rules_merged"] += _merge_known(conn, batch=batch, same=same, ctx=ctx, links=links)
@@ -387,8 +350,8 @@ def _apply_rules(
         writes.store_rule(
             conn,
             tenant_id=batch.tenant_id,
-            rule_id=planned.id,
-            write=planned.write,
+            rule_id=planned_rule.id,
+            write=planned_rule.write,
             vector=vector,
             embedding_version_id=version_id,
             source_butler=batch.butler,
@@ -397,8 +360,14 @@ def _apply_rules(
             rules=ctx.settings.memory.rules,
         )
         counts["rules"] += 1
-        links += [_link(batch, ctx, "rule", planned.id, "episode", e, "derived_from") for e in planned.sources]
-        links += [_link(batch, ctx, "fact", f, "rule", planned.id, "supports") for f in planned.supported_by]
+        links += [
+            _link(batch, ctx, "rule", planned_rule.id, "episode", e, "derived_from") for e in planned_rule.sources
+        ]
+        links += [_link(batch, ctx, "fact", f, "rule", planned_rule.id, "supports") for f in planned_rule.supported_by]
+    links += _feedback(conn, batch=batch, plan=plan, ctx=ctx, counts=counts)
+    repo.add_links(conn, links)
+    counts["links"] += len(links)
+    return counts
 
 
 def _known_like(
