@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 import redis
@@ -34,6 +35,10 @@ SOCKET_TIMEOUT_S = 2.0
 # Distinct keys a Publisher holds while Redis is down; more are dropped (the sweeps re-send them).
 MAX_PENDING = 100_000
 MAX_BACKOFF_S = 30.0
+# The least time between two publishing rounds. Under load the wake-ups that arrive meanwhile coalesce into the next
+# round: one Redis round trip per gap instead of one per accept, which cost the front ~15 % of its CPU at 400-500
+# accepts/s (BENCHMARKS.md, issue 14). A lone write after a quiet spell is still published at once.
+ROUND_GAP_S = 0.05
 # A busy key is woken again this long after PostgreSQL would have ended a dead lock holder's session.
 BUSY_RECHECK_MARGIN_S = 5.0
 RECHECK_PREFIX = "memory-butler:recheck:"
@@ -227,13 +232,17 @@ class Publisher:
 
     Wake-ups for one (task, key) coalesce while they wait: a burst of 500 writes to one key sends one or two
     messages. An apply wake-up is not sent either while one sent before waits in its queue, from any front (a
-    marker per key, WOKEN_PREFIX). When Redis fails, the round's remaining wake-ups are dropped and logged, and
+    marker per key, WOKEN_PREFIX). Rounds are at least ``round_gap_s`` apart, so a steady stream of accepts costs a
+    round per gap, not one per accept. When Redis fails, the round's remaining wake-ups are dropped and logged, and
     the thread backs off; the redelivery sweep re-sends what was lost.
     """
 
-    def __init__(self, settings: Settings | None = None, *, max_pending: int = MAX_PENDING) -> None:
+    def __init__(
+        self, settings: Settings | None = None, *, max_pending: int = MAX_PENDING, round_gap_s: float = ROUND_GAP_S
+    ) -> None:
         self._settings = settings or current_settings()
         self._max_pending = max_pending
+        self._round_gap_s = round_gap_s
         # Oldest wake-up first, each with the trace context of the call that first asked for it (None: untraced).
         self._pending: dict[tuple[str, str, str], dict[str, str] | None] = {}
         self._cond = threading.Condition()
@@ -241,7 +250,7 @@ class Publisher:
         self._closed = False
         self._backoff = 0.0
         self._kept = KeptConnection(self._settings)
-        self.stats = {"published": 0, "coalesced": 0, "dropped": 0, "failed": 0}
+        self.stats = {"published": 0, "coalesced": 0, "dropped": 0, "failed": 0, "rounds": 0}
         if tracing.enabled():
             register_tasks()
         self._thread = threading.Thread(target=self._run, name="memory-wake-publisher", daemon=True)
@@ -293,9 +302,12 @@ class Publisher:
             self._publish_round(batch)
             with self._cond:
                 self._busy = False
+                self.stats["rounds"] += 1
                 self._cond.notify_all()
                 if self._backoff:
                     self._cond.wait_for(lambda: self._closed, self._backoff)
+            if not self._closed:
+                time.sleep(self._round_gap_s)  # not a wait on the condition, which every offer meanwhile would wake
         self._kept.drop()
 
     def _publish_round(self, batch: list[tuple[tuple[str, str, str], dict[str, str] | None]]) -> None:

@@ -302,3 +302,15 @@ def test_extraction_benchmark_runs_small():
     assert 0.5 <= precision <= 1 and 0.3 <= recall <= 1  # sane, not a target (the full run is in BENCHMARKS.md)
     out = _run("bench_extraction.py", "--realmem", "--personas", "6", "--sessions", "20", "--sample", "3")
     assert "RealMem coverage" in out and re.search(r"^6\s+20\s+\d+", out, re.MULTILINE)
+
+
+def test_publisher_benchmark_runs_small():
+    out = _run("bench_publisher.py", "--rate", "200", "--seconds", "1", "--redis-url", SMALL_BENCH_REDIS_URL)
+    assert "reference (machine speed)" in out
+    back_to_back = _figures(out, "gap 0 ms:", r"\d+(?:\.\d+)?")
+    gapped = _figures(out, "gap 50 ms:", r"\d+(?:\.\d+)?")
+    # CPU per offer, cores, rounds/s, offers, published, coalesced, dropped or failed
+    assert back_to_back[3] == gapped[3] == 200 and back_to_back[6] == gapped[6] == 0
+    assert back_to_back[4] == gapped[4] == 16  # each key's first wake-up; the rest found its marker set
+    assert gapped[2] <= 21 < back_to_back[2]  # a round per gap, not one per offer
+    assert _redis_left_empty()
