@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -25,7 +26,7 @@ from shared.config import load_settings  # noqa: E402
 from tests.bench.common import BENCH_REDIS_URL, bench_redis, reference_line, run_benchmark  # noqa: E402
 
 
-def paced(rate: float, seconds: float, offer: object = None) -> tuple[int, float, float]:
+def paced(rate: float, seconds: float, offer: Callable[[int], object] | None = None) -> tuple[int, float, float]:
     """Calls ``offer(i)`` ``rate`` times a second for ``seconds``: (calls, process CPU s, wall s)."""
     n = int(rate * seconds)
     cpu0, t0 = time.process_time(), time.monotonic()
@@ -52,7 +53,8 @@ def main() -> int:
         _, loop_cpu, loop_wall = paced(args.rate, args.seconds)
         print(f"pacing loop alone: {loop_cpu / loop_wall:.3f} cores")
         for gap in (0.0, ROUND_GAP_S):
-            redis.Redis.from_url(url).flushdb()  # each run starts with no key marked
+            with redis.Redis.from_url(url) as client:
+                client.flushdb()  # each run starts with no key marked
             publisher = Publisher(settings, round_gap_s=gap)
             try:
                 n, cpu, wall = paced(args.rate, args.seconds, lambda i: publisher.wake_apply(*keys[i % len(keys)]))
