@@ -312,5 +312,6 @@ def test_publisher_benchmark_runs_small():
     # CPU per offer, cores, rounds/s, offers, published, coalesced, dropped or failed
     assert back_to_back[3] == gapped[3] == 200 and back_to_back[6] == gapped[6] == 0
     assert back_to_back[4] == gapped[4] == 16  # each key's first wake-up; the rest found its marker set
-    assert gapped[2] <= 21 < back_to_back[2]  # a round per gap, not one per offer
+    # a round per 50 ms gap (and the one that flushes), not one per offer
+    assert gapped[2] <= 25 and back_to_back[2] > 2 * gapped[2]
     assert _redis_left_empty()
