@@ -6,6 +6,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
+
 from memory_api.cli.stack import add_data_dir_option
 
 BURST_HELP = """\
@@ -53,6 +55,7 @@ def cmd_burst(args: argparse.Namespace) -> int:
         read_rate=args.read_rate,
         read_tool=args.read_tool,
         client=args.client,
+        protocol=args.protocol,
         replay=args.replay,
         chaos=args.chaos,
         outage_s=args.outage,
@@ -132,6 +135,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="mcp",
         help="mcp: the MCP SDK's client, as a butler runs it (default); http: the same JSON-RPC calls from a lean "
         "client, ~1/5 of the SDK's CPU per call, for peak rates on the machine under test",
+    )
+    load.add_argument(
+        "--protocol",
+        choices=(LATEST_MODERN_VERSION, LATEST_HANDSHAKE_VERSION),
+        default=LATEST_MODERN_VERSION,
+        help=f"the MCP revision the clients speak: {LATEST_MODERN_VERSION}, one self-contained request per call "
+        f"(default; what the SDK's Client negotiates with this front), or {LATEST_HANDSHAKE_VERSION}, the "
+        "initialize handshake of earlier clients (each call costs the front more CPU)",
     )
     load.add_argument("--replay", action="store_true", help="send every write twice with the same idempotency key")
     load.add_argument("--seed", type=int, default=1, help="seed of the generated text (default 1)")

@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mcp_types.version import LATEST_MODERN_VERSION
 from rich.console import Console
 from sqlalchemy import Engine, text
 
@@ -50,6 +51,7 @@ class BurstConfig:
     read_rate: float = 50.0
     read_tool: str = "context"
     client: str = "mcp"  # the SDK's client, or "http": the lean one (memory_api.loadtest.jsonrpc)
+    protocol: str = LATEST_MODERN_VERSION  # the MCP revision the clients speak (client.open_session)
     replay: bool = False
     chaos: str | None = None
     outage_s: float = 5.0
@@ -207,6 +209,7 @@ def _clients(
         replay=config.replay or config.chaos == "replay",
         batch=config.batch,
         client=config.client,
+        protocol=config.protocol,
     )
     pacer, read_pacer, writers = Pacer(config.rate), Pacer(config.read_rate), []
     for client, count in enumerate(generator.split_evenly(config.episodes, config.clients)):
@@ -225,6 +228,7 @@ def _clients(
             stop,
             start,
             client=config.client,
+            protocol=config.protocol,
         )
         for i in range(config.readers)
     ]

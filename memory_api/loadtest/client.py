@@ -23,9 +23,10 @@ from typing import Any
 import anyio
 import h11
 import httpx2
-from mcp.client.session import ClientSession
+from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from memory_api.loadtest.generator import Episode
 from memory_api.loadtest.jsonrpc import JsonRpcSession, ProtocolFailure
@@ -43,7 +44,7 @@ TRANSPORT_ERRORS = (
     ProtocolFailure,
     h11.ProtocolError,
 )
-Session = ClientSession | JsonRpcSession
+Session = Client | JsonRpcSession
 BACKOFF_START_S = 0.05
 
 
@@ -56,6 +57,7 @@ class ClientConfig:
     replay: bool = False  # send every write twice with the same idempotency key
     batch: int = 0  # 0: memory_store_episode; K: memory_ingest_batch of up to K
     client: str = "mcp"  # "mcp": the SDK's client (a butler's); "http": the lean one (memory_api.loadtest.jsonrpc)
+    protocol: str = LATEST_MODERN_VERSION  # the MCP revision the client speaks (see open_session)
 
 
 class ToolFailed(Exception):
@@ -75,21 +77,27 @@ def is_transport_error(exc: BaseException) -> bool:
 
 
 @asynccontextmanager
-async def open_session(url: str, token: str, *, timeout_s: float, client: str = "mcp") -> AsyncIterator[Session]:
-    """An initialised MCP session with a bearer token and the tools listed, as a butler opens one (the SDK would
+async def open_session(
+    url: str, token: str, *, timeout_s: float, client: str = "mcp", protocol: str = LATEST_MODERN_VERSION
+) -> AsyncIterator[Session]:
+    """A connected MCP client with a bearer token and the tools listed, as a butler opens one (the SDK would
     otherwise list them at the first call, to check results against their output schemas); ``client="http"``:
-    the lean client's session."""
+    the lean client's session.
+
+    ``protocol``: 2026-07-28, per-request (what the SDK's ``Client`` negotiates with this front by default), or
+    2025-11-25, the initialize handshake of earlier clients (each call then costs the front a session of the
+    SDK's: BENCHMARKS.md, issue 14, fourteenth session).
+    """
     if client == "http":
-        async with JsonRpcSession.open(url, token, timeout_s=timeout_s) as lean:
+        async with JsonRpcSession.open(url, token, timeout_s=timeout_s, protocol=protocol) as lean:
             yield lean
         return
     headers = {"Authorization": f"Bearer {token}"}
+    mode = protocol if protocol in MODERN_PROTOCOL_VERSIONS else "legacy"
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout_s)) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                await session.list_tools()
-                yield session
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as session:
+            await session.list_tools()
+            yield session
 
 
 @dataclass
@@ -182,7 +190,11 @@ class Writer:
         while self.queue and not self.stop.is_set():
             try:
                 async with open_session(
-                    self.config.url, self.token, timeout_s=self.config.call_timeout_s, client=self.config.client
+                    self.config.url,
+                    self.token,
+                    timeout_s=self.config.call_timeout_s,
+                    client=self.config.client,
+                    protocol=self.config.protocol,
                 ) as session:
                     await self.start.ready()
                     while self.queue and not self.stop.is_set():
@@ -310,12 +322,15 @@ class Reader:
     timeout_s: float = 30.0
     max_in_flight: int = 16
     client: str = "mcp"  # as ClientConfig.client
+    protocol: str = LATEST_MODERN_VERSION  # as ClientConfig.protocol
 
     async def run(self) -> None:
         rng = random.Random(id(self))
         while not self.stop.is_set():
             try:
-                async with open_session(self.url, self.token, timeout_s=self.timeout_s, client=self.client) as session:
+                async with open_session(
+                    self.url, self.token, timeout_s=self.timeout_s, client=self.client, protocol=self.protocol
+                ) as session:
                     await self.start.ready()
                     await self._read_until_stopped(session, rng)
             except Exception as exc:  # noqa: BLE001

@@ -4,8 +4,11 @@ connections (h11 on asyncio streams), for peak-rate runs on the machine under te
 The SDK's client (``--client mcp``, the default: what a butler runs) costs about 1 ms of CPU per call on a fast
 2-core machine and 4 ms on a slow one. At 500 calls/s the load generator then takes half a core or more from the
 front it measures. This client sends the same requests to the same endpoint (the front answers stateless JSON)
-for about a fifth of that. It does what the load test needs and no more: ``initialize`` once per session, then
-``tools/call`` with JSON answers; no server-sent events, no notifications.
+for about a fifth of that. It does what the load test needs and no more: ``tools/call`` with JSON answers; no
+server-sent events, no notifications. It speaks the protocol revision it is given: 2026-07-28 (the default, what
+the SDK's ``Client`` negotiates with this front) sends each call as a self-contained request, its envelope in
+``params._meta`` and its method and tool in headers, after one ``server/discover``; 2025-11-25 (the handshake era,
+SDK 1.x clients) says ``initialize`` once per session and then sends bare calls.
 
 It duck-types the part of the SDK's session the load test uses (``call_tool`` returning ``structured_content`` and
 ``is_error``), so writers, readers and their retries are the same code for both clients.
@@ -23,7 +26,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import h11
-from mcp.types import LATEST_PROTOCOL_VERSION
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 
 # The front (uvicorn) closes a connection idle for 5 s; one idle for this long is replaced before the next call
 # rather than found closed by it.
@@ -45,7 +49,7 @@ class JsonRpcSession:
     """One client's session with the front's MCP endpoint: kept connections, one request at a time on each (a
     reader's concurrent calls each take an idle connection or open one)."""
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, protocol: str) -> None:
         parts = urlsplit(url)
         tls = parts.scheme == "https"
         self._address = (parts.hostname or "127.0.0.1", parts.port or (443 if tls else 80), tls)
@@ -56,18 +60,35 @@ class JsonRpcSession:
             ("Accept", "application/json, text/event-stream"),
             ("Content-Type", "application/json"),
         ]
+        self._modern = protocol in MODERN_PROTOCOL_VERSIONS
+        if self._modern:
+            self._headers.append(("MCP-Protocol-Version", protocol))
+        self._envelope = {
+            PROTOCOL_VERSION_META_KEY: protocol,
+            CLIENT_CAPABILITIES_META_KEY: {},
+            CLIENT_INFO_META_KEY: CLIENT_INFO,
+        }
         self._ids = 0
         self._idle: list[_Connection] = []
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def open(cls, url: str, token: str, *, timeout_s: float) -> AsyncIterator[JsonRpcSession]:
-        """A session that has said ``initialize`` (so a wrong URL or token fails here)."""
-        session = cls(url, token)
+    async def open(
+        cls, url: str, token: str, *, timeout_s: float, protocol: str = LATEST_MODERN_VERSION
+    ) -> AsyncIterator[JsonRpcSession]:
+        """A session that has reached the front once (so a wrong URL or token fails here): ``server/discover``
+        on the per-request revision, ``initialize`` on a handshake-era one."""
+        session = cls(url, token, protocol)
         try:
-            result = await session.request("initialize", _INITIALIZE, timeout_s=timeout_s)
-            version = str(result.get("protocolVersion", LATEST_PROTOCOL_VERSION))
-            session._headers.append(("MCP-Protocol-Version", version))
+            if session._modern:
+                await session.request("server/discover", {}, timeout_s=timeout_s)
+            else:
+                result = await session.request(
+                    "initialize",
+                    {"protocolVersion": protocol, "capabilities": {}, "clientInfo": CLIENT_INFO},
+                    timeout_s=timeout_s,
+                )
+                session._headers.append(("MCP-Protocol-Version", str(result["protocolVersion"])))
             yield session
         finally:
             for connection in session._idle:
@@ -82,13 +103,17 @@ class JsonRpcSession:
     async def request(self, method: str, params: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
         """The JSON-RPC ``result`` of one request; ProtocolFailure, OSError, TimeoutError or h11's errors else."""
         self._ids += 1
+        headers = [*self._headers]
+        if self._modern:  # the envelope in the body, the method and tool in headers (the front checks they agree)
+            params = {**params, "_meta": self._envelope}
+            headers.append(("Mcp-Method", method))
+            if "name" in params:
+                headers.append(("Mcp-Name", params["name"]))
         body = json.dumps({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}).encode()
         connection = self._take()
         async with asyncio.timeout(timeout_s):
             try:
-                status, raw = await connection.post(
-                    self._target, [*self._headers, ("Content-Length", str(len(body)))], body
-                )
+                status, raw = await connection.post(self._target, [*headers, ("Content-Length", str(len(body)))], body)
             except BaseException:
                 connection.close()  # a half-read answer leaves the connection unusable
                 raise
@@ -161,8 +186,4 @@ class _Connection:
             self._streams = None
 
 
-_INITIALIZE = {
-    "protocolVersion": LATEST_PROTOCOL_VERSION,
-    "capabilities": {},
-    "clientInfo": {"name": "memory-butler-loadtest", "version": "1"},
-}
+CLIENT_INFO = {"name": "memory-butler-loadtest", "version": "1"}

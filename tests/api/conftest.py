@@ -19,7 +19,7 @@ import anyio
 import httpx2
 import pytest
 import uvicorn
-from mcp.client.session import ClientSession
+from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 from sqlalchemy import Engine, text
@@ -81,18 +81,20 @@ class Front:
 
 
 class Butler:
-    """One agent: calls tools through the real MCP client with its bearer token."""
+    """One agent: calls tools through the real MCP client with its bearer token.
 
-    def __init__(self, url: str, token: str | None) -> None:
-        self.url, self.token = url, token
+    ``mode`` is the SDK client's: "auto" (its default) negotiates the per-request revision 2026-07-28 with the
+    front; "legacy" says ``initialize`` first, as handshake-era clients do (2025-11-25).
+    """
 
-    async def _session_call(self, fn: Callable[[ClientSession], Any]) -> Any:
+    def __init__(self, url: str, token: str | None, *, mode: str = "auto") -> None:
+        self.url, self.token, self.mode = url, token, mode
+
+    async def _session_call(self, fn: Callable[[Client], Any]) -> Any:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0)) as http:
-            async with streamable_http_client(self.url, http_client=http) as (read, write):
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    return await fn(session)
+            async with Client(streamable_http_client(self.url, http_client=http), mode=self.mode) as client:
+                return await fn(client)
 
     def call(self, tool: str, **arguments: Any) -> CallToolResult:
         return anyio.run(self._session_call, lambda s: s.call_tool(tool, arguments))
@@ -109,6 +111,14 @@ class Butler:
 
     def list_tools(self) -> list[Any]:
         return anyio.run(self._session_call, lambda s: s.list_tools()).tools
+
+    def negotiated(self) -> str:
+        """The protocol revision the client and the front agreed on."""
+
+        async def version(client: Client) -> str:
+            return str(client.session.protocol_version)
+
+        return anyio.run(self._session_call, version)
 
 
 @pytest.fixture(scope="session")

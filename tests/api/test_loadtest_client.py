@@ -24,11 +24,15 @@ def accept(content: str) -> dict[str, Any]:
     return {"content": content, "butler": "lean", "idempotency_key": str(uuid.uuid4())}
 
 
-def test_the_lean_client_gets_what_the_sdk_gets(front: Front, token: str) -> None:
+PROTOCOLS = pytest.mark.parametrize("protocol", ["2026-07-28", "2025-11-25"])
+
+
+@PROTOCOLS
+def test_the_lean_client_gets_what_the_sdk_gets(front: Front, token: str, protocol: str) -> None:
     async def both() -> list[dict[str, Any]]:
         answers = []
         for client in ("mcp", "http"):
-            async with open_session(front.url, token, timeout_s=10, client=client) as session:
+            async with open_session(front.url, token, timeout_s=10, client=client, protocol=protocol) as session:
                 answers.append(await call_tool(session, "memory_store_episode", accept(client), timeout_s=10))
                 answers.append(await call_tool(session, "memory_stats", {}, timeout_s=10))
         return answers
@@ -40,9 +44,10 @@ def test_the_lean_client_gets_what_the_sdk_gets(front: Front, token: str) -> Non
     assert sdk_stats.keys() == lean_stats.keys()
 
 
-def test_a_classified_error_is_raised_as_the_sdk_client_raises_it(front: Front, token: str) -> None:
+@PROTOCOLS
+def test_a_classified_error_is_raised_as_the_sdk_client_raises_it(front: Front, token: str, protocol: str) -> None:
     async def bad_call(client: str) -> ToolFailed:
-        async with open_session(front.url, token, timeout_s=10, client=client) as session:
+        async with open_session(front.url, token, timeout_s=10, client=client, protocol=protocol) as session:
             with pytest.raises(ToolFailed) as failed:
                 await call_tool(session, "memory_store_episode", {**accept("x"), "content": ""}, timeout_s=10)
             return failed.value
@@ -52,9 +57,10 @@ def test_a_classified_error_is_raised_as_the_sdk_client_raises_it(front: Front, 
     assert (lean.code, lean.retryable) == (sdk.code, sdk.retryable) == ("invalid_input", False)
 
 
-def test_a_bad_token_fails_at_open_as_a_transport_error(front: Front) -> None:
+@PROTOCOLS
+def test_a_bad_token_fails_at_open_as_a_transport_error(front: Front, protocol: str) -> None:
     async def open_with_a_bad_token() -> None:
-        async with open_session(front.url, "mb_not-a-token", timeout_s=10, client="http"):
+        async with open_session(front.url, "mb_not-a-token", timeout_s=10, client="http", protocol=protocol):
             pass
 
     with pytest.raises(jsonrpc.ProtocolFailure, match="HTTP 401") as failed:

@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -144,9 +145,11 @@ def raw_accepts(engine, tenant: str, n: int = 600) -> dict[bool, list[float]]:  
     return out
 
 
-async def read_loop(url: str, token: str, tool: str, qs: list[str], seconds: float, out: list[float]) -> None:
+async def read_loop(
+    url: str, token: str, tool: str, qs: list[str], seconds: float, out: list[float], protocol: str
+) -> None:
     rng = random.Random(token)
-    async with open_session(url, token, timeout_s=30) as session:
+    async with open_session(url, token, timeout_s=30, protocol=protocol) as session:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             q = rng.choice(qs)
@@ -155,8 +158,8 @@ async def read_loop(url: str, token: str, tool: str, qs: list[str], seconds: flo
             out.append(time.perf_counter() - t0)
 
 
-async def accept_loop(url: str, token: str, batch: int, calls: int, out: list[float]) -> None:
-    async with open_session(url, token, timeout_s=30) as session:
+async def accept_loop(url: str, token: str, batch: int, calls: int, out: list[float], protocol: str) -> None:
+    async with open_session(url, token, timeout_s=30, protocol=protocol) as session:
         for i in range(calls):
             text = f"User asked about the weekly schedule, item {i} ({uuid.uuid4().hex[:8]})"
             t0 = time.perf_counter()
@@ -181,13 +184,19 @@ def _args(tool: str, q: str) -> dict:
 
 
 async def cpu_per_call(
-    url: str, token: str, front: psutil.Process, database: psutil.Process | None, qs: list[str], seconds: float
+    url: str,
+    token: str,
+    front: psutil.Process,
+    database: psutil.Process | None,
+    qs: list[str],
+    seconds: float,
+    protocol: str,
 ) -> dict[str, tuple[float, float | None]]:
     """Milliseconds of front CPU (user + system, all threads) and of the database server's (every process of its
     cluster; None if it is not on this machine) per call, one client calling back to back."""
     rng = random.Random(3)
     out = {}
-    async with open_session(url, token, timeout_s=30) as session:
+    async with open_session(url, token, timeout_s=30, protocol=protocol) as session:
         for tool in CPU_TOOLS:
             for q in qs[:5]:  # warm: plans prepared, token counts cached
                 await call_tool(session, tool, _args(tool, q), timeout_s=30)
@@ -226,19 +235,19 @@ def postmaster(engine) -> psutil.Process | None:  # noqa: ANN001
             return None
 
 
-def sdk_floor(seconds: float) -> float:
+def sdk_floor(seconds: float, protocol: str) -> float:
     """Milliseconds of CPU per call of a no-op tool on the same SDK and transport (one client, back to back)."""
     port = free_port()
     noop = start_noop_front(port)
     try:
-        return asyncio.run(_noop_calls(f"http://127.0.0.1:{port}/mcp", psutil.Process(noop.pid), seconds))
+        return asyncio.run(_noop_calls(f"http://127.0.0.1:{port}/mcp", psutil.Process(noop.pid), seconds, protocol))
     finally:
         os.killpg(noop.pid, signal.SIGTERM)
         noop.wait(timeout=30)
 
 
-async def _noop_calls(url: str, server: psutil.Process, seconds: float) -> float:
-    async with open_session(url, "unused", timeout_s=30) as session:
+async def _noop_calls(url: str, server: psutil.Process, seconds: float, protocol: str) -> float:
+    async with open_session(url, "unused", timeout_s=30, protocol=protocol) as session:
         for _ in range(20):
             await call_tool(session, "noop", {"text": "warm"}, timeout_s=30)
         return (await _cpu_ms_per_call(session, server, "noop", lambda: {"text": "hello"}, seconds))[0]
@@ -286,6 +295,12 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true", help="the database already holds the corpus: skip loading")
     parser.add_argument("--redis-url", default=BENCH_REDIS_URL, help="flushed before and after")
     parser.add_argument("--front-workers", type=int, default=1, help="front processes (serve --workers)")
+    parser.add_argument(
+        "--protocol",
+        choices=(LATEST_MODERN_VERSION, LATEST_HANDSHAKE_VERSION),
+        default=LATEST_MODERN_VERSION,
+        help="the MCP revision the clients speak (memory_api.loadtest.client.open_session)",
+    )
     args = parser.parse_args()
     qs = questions(random.Random(5), 200)
     with bench_redis(args.redis_url), bench_engine(args.database_url) as engine:
@@ -303,25 +318,35 @@ def main() -> int:
         heap.settle()  # the client's own full collections are not the service's latency
         try:
             cpu = asyncio.run(
-                cpu_per_call(url, tokens[0], psutil.Process(front.pid), postmaster(engine), qs, args.seconds / 3)
+                cpu_per_call(
+                    url, tokens[0], psutil.Process(front.pid), postmaster(engine), qs, args.seconds / 3, args.protocol
+                )
             )
-            floor = sdk_floor(args.seconds / 3)
+            floor = sdk_floor(args.seconds / 3, args.protocol)
             results: dict[str, list[float]] = {}
             for tool in ("memory_context", "memory_search"):
                 results[tool] = []
-                asyncio.run(run_clients([read_loop(url, tok, tool, qs, args.seconds, results[tool]) for tok in tokens]))
+                asyncio.run(
+                    run_clients(
+                        [read_loop(url, tok, tool, qs, args.seconds, results[tool], args.protocol) for tok in tokens]
+                    )
+                )
             single: list[float] = []
-            single_s = asyncio.run(run_clients([accept_loop(url, tok, 0, args.accepts, single) for tok in tokens]))
+            single_s = asyncio.run(
+                run_clients([accept_loop(url, tok, 0, args.accepts, single, args.protocol) for tok in tokens])
+            )
             batched: list[float] = []
             batch_calls = max(1, args.accepts // 10)
-            batch_s = asyncio.run(run_clients([accept_loop(url, tok, 50, batch_calls, batched) for tok in tokens]))
+            batch_s = asyncio.run(
+                run_clients([accept_loop(url, tok, 50, batch_calls, batched, args.protocol) for tok in tokens])
+            )
         finally:
             os.killpg(front.pid, signal.SIGTERM)
             front.wait(timeout=30)
     print(f"\n{reference_line()}")
     print(
         f"{args.facts} facts + {args.rules} rules, {args.tenants} tenants; {args.clients} concurrent MCP clients; "
-        f"{args.front_workers} front process(es)"
+        f"{args.front_workers} front process(es); MCP {args.protocol}"
     )
     print(f"{'what':<44}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'rate/s':>9}")
     print(f"{'raw candidate SQL (gather, in-process)':<44}{pct(raw, 50):>9.1f}{pct(raw, 95):>9.1f}{pct(raw, 99):>9.1f}")
