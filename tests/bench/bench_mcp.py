@@ -11,7 +11,9 @@ Loads the corpus (tests/bench/corpus.py), starts `memory-butler serve` on a free
   episode with an idempotency key, as a butler that retries safely sends it (and as `loadtest burst` does);
 - front CPU per call: one client calling each tool back to back for S/3 seconds, the front process's CPU time
   (every thread: HTTP, MCP, embedding, driver) divided by the calls - what a call costs the front's cores; and
-  beside it the same for a no-op tool on the same SDK and transport (tests/bench/noop_front.py): the floor.
+  beside it the same for a no-op tool on the same SDK and transport (tests/bench/noop_front.py): the floor, on
+  both MCP revisions (2026-07-28, self-contained requests; 2025-11-25, the initialize handshake).
+--protocol picks the revision every client speaks (default 2026-07-28, what the SDK's Client negotiates).
 No worker runs, so accepted writes stay in the intake: this measures the front alone. Its Redis database
 (--redis-url, default 15 or BENCH_REDIS_URL) is flushed before and after, so the messages it queues do not
 outlive it.
@@ -173,6 +175,7 @@ async def accept_loop(url: str, token: str, batch: int, calls: int, out: list[fl
 
 
 CPU_TOOLS = ("memory_context", "memory_search", "memory_store_episode")
+PROTOCOLS = (LATEST_MODERN_VERSION, LATEST_HANDSHAKE_VERSION)  # per-request, and the initialize handshake
 
 
 def _args(tool: str, q: str) -> dict:
@@ -297,9 +300,10 @@ def main() -> int:
     parser.add_argument("--front-workers", type=int, default=1, help="front processes (serve --workers)")
     parser.add_argument(
         "--protocol",
-        choices=(LATEST_MODERN_VERSION, LATEST_HANDSHAKE_VERSION),
+        choices=PROTOCOLS,
         default=LATEST_MODERN_VERSION,
-        help="the MCP revision the clients speak (memory_api.loadtest.client.open_session)",
+        help="the MCP revision the clients speak (memory_api.loadtest.client.open_session); the floor is printed "
+        "for both",
     )
     args = parser.parse_args()
     qs = questions(random.Random(5), 200)
@@ -322,7 +326,7 @@ def main() -> int:
                     url, tokens[0], psutil.Process(front.pid), postmaster(engine), qs, args.seconds / 3, args.protocol
                 )
             )
-            floor = sdk_floor(args.seconds / 3, args.protocol)
+            floors = {p: sdk_floor(args.seconds / 3, p) for p in sorted(PROTOCOLS, key=lambda p: p != args.protocol)}
             results: dict[str, list[float]] = {}
             for tool in ("memory_context", "memory_search"):
                 results[tool] = []
@@ -376,7 +380,10 @@ def main() -> int:
     )
     if all(db_ms is not None for _, db_ms in cpu.values()):
         print("database CPU per call (the same calls): " + ", ".join(f"{t} {ms:.2f} ms" for t, (_, ms) in cpu.items()))
-    print(f"the MCP SDK's floor, a no-op tool served the same way: {floor:.2f} ms")
+    print(
+        "the MCP SDK's floor, a no-op tool served the same way: "
+        + "; ".join(f"{ms:.2f} ms ({protocol})" for protocol, ms in floors.items())
+    )
     return 0
 
 
