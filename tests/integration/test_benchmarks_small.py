@@ -318,3 +318,15 @@ def test_publisher_benchmark_runs_small():
     # a round per 50 ms gap (and the one that flushes), not one per offer
     assert gapped[2] <= 25 and back_to_back[2] > 2 * gapped[2]
     assert _redis_left_empty()
+
+
+def test_fsync_benchmark_runs_small(tmp_path):
+    out = _run("bench_fsync.py", "--dir", str(tmp_path), "--rate", "100", "--seconds", "1")
+    assert "reference (machine speed)" in out
+    found = re.search(r"(\d+) flushes at 100/s; p50 (\S+) ms, p99 (\S+) ms, p99.9 (\S+) ms, max (\S+) ms", out)
+    assert found, out
+    flushes, p50, p99, p999, worst = int(found[1]), *(float(x) for x in found.groups()[1:])
+    assert flushes == 100 and 0 < p50 <= p99 <= p999 <= worst, out
+    stalls = [int(n) for n in re.findall(r"\d+ ms: (\d+)", out)]
+    assert len(stalls) == 3 and stalls[0] >= stalls[1] >= stalls[2] >= 0, out
+    assert list(tmp_path.iterdir()) == []  # the scratch file is gone
