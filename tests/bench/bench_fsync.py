@@ -58,7 +58,7 @@ def main() -> int:
     print(reference_line())
     print(
         f"fdatasync of {BLOCK // 1024} kB in {args.dir.resolve()}: {len(times)} flushes at {args.rate:g}/s; "
-        f"p50 {pct(50):.2f} ms, p99 {pct(99):.2f} ms, p99.9 {pct(99.9):.2f} ms, max {1000 * times[-1]:.1f} ms"
+        f"p50 {pct(50):.2f} ms, p99 {pct(99):.2f} ms, p99.9 {pct(99.9):.2f} ms, max {1000 * times[-1]:.2f} ms"
     )
     print("flushes slower than " + ", ".join(f"{ms} ms: {sum(t * 1000 > ms for t in times)}" for ms in STALLS_MS))
     return 0
