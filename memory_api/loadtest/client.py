@@ -26,7 +26,7 @@ import httpx2
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from memory_api.loadtest.generator import Episode
 from memory_api.loadtest.jsonrpc import JsonRpcSession, ProtocolFailure
@@ -46,6 +46,8 @@ TRANSPORT_ERRORS = (
 )
 Session = Client | JsonRpcSession
 BACKOFF_START_S = 0.05
+# The MCP revisions a load-test client can speak (open_session): per-request, and the initialize handshake.
+PROTOCOLS = (LATEST_MODERN_VERSION, LATEST_HANDSHAKE_VERSION)
 
 
 @dataclass(frozen=True)

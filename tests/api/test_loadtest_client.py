@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine
 
 from memory_api.loadtest import jsonrpc
-from memory_api.loadtest.client import ToolFailed, call_tool, is_transport_error, open_session
+from memory_api.loadtest.client import PROTOCOLS, ToolFailed, call_tool, is_transport_error, open_session
 from tests.api.conftest import Front, new_tenant, new_token
 
 
@@ -24,10 +24,10 @@ def accept(content: str) -> dict[str, Any]:
     return {"content": content, "butler": "lean", "idempotency_key": str(uuid.uuid4())}
 
 
-PROTOCOLS = pytest.mark.parametrize("protocol", ["2026-07-28", "2025-11-25"])
+EITHER_PROTOCOL = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
-@PROTOCOLS
+@EITHER_PROTOCOL
 def test_the_lean_client_gets_what_the_sdk_gets(front: Front, token: str, protocol: str) -> None:
     async def both() -> list[dict[str, Any]]:
         answers = []
@@ -44,7 +44,7 @@ def test_the_lean_client_gets_what_the_sdk_gets(front: Front, token: str, protoc
     assert sdk_stats.keys() == lean_stats.keys()
 
 
-@PROTOCOLS
+@EITHER_PROTOCOL
 def test_a_classified_error_is_raised_as_the_sdk_client_raises_it(front: Front, token: str, protocol: str) -> None:
     async def bad_call(client: str) -> ToolFailed:
         async with open_session(front.url, token, timeout_s=10, client=client, protocol=protocol) as session:
@@ -57,7 +57,7 @@ def test_a_classified_error_is_raised_as_the_sdk_client_raises_it(front: Front, 
     assert (lean.code, lean.retryable) == (sdk.code, sdk.retryable) == ("invalid_input", False)
 
 
-@PROTOCOLS
+@EITHER_PROTOCOL
 def test_a_bad_token_fails_at_open_as_a_transport_error(front: Front, protocol: str) -> None:
     async def open_with_a_bad_token() -> None:
         async with open_session(front.url, "mb_not-a-token", timeout_s=10, client="http", protocol=protocol):

@@ -39,12 +39,12 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
-from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
+from mcp_types.version import LATEST_MODERN_VERSION
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from memory_api.loadtest.client import call_tool, open_session  # noqa: E402
+from memory_api.loadtest.client import PROTOCOLS, call_tool, open_session  # noqa: E402
 from shared.candidates import Filter  # noqa: E402
 from shared import candidates, db, heap, intake  # noqa: E402
 from shared.db import unit_of_work  # noqa: E402
@@ -175,7 +175,6 @@ async def accept_loop(url: str, token: str, batch: int, calls: int, out: list[fl
 
 
 CPU_TOOLS = ("memory_context", "memory_search", "memory_store_episode")
-PROTOCOLS = (LATEST_MODERN_VERSION, LATEST_HANDSHAKE_VERSION)  # per-request, and the initialize handshake
 
 
 def _args(tool: str, q: str) -> dict:
