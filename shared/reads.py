@@ -48,7 +48,9 @@ def session_settings(settings: Settings) -> str:
 
 
 EmbedQuery = Callable[[str], np.ndarray]
-EmbedLater = Callable[[str], Future[np.ndarray]]  # e.g. shared.query_batcher.QueryBatcher.submit
+# The query's embedding later, as the pgvector text the candidate SQL binds: e.g. the submit of a
+# shared.query_batcher.QueryBatcher made with encode=to_pgvector (a cached query's text is made once).
+EmbedLater = Callable[[str], Future[str]]
 CountTokens = Callable[[Sequence[str]], list[int]]
 H = TypeVar("H", bound=Sequence[Hit])  # hits in rank order: a list, or shared.retrieval.LazyHits
 
@@ -156,9 +158,9 @@ class Reader:
         if self._bumper is not None:
             self._bumper.add(((h.type, h.id) for h in hits), recent=recent)
 
-    def _vector(self, query: str) -> _PendingVector | Future[str]:
+    def _vector(self, query: str) -> Future[str]:
         if self._embed_later is not None:
-            return _PendingVector(self._embed_later(query))
+            return self._embed_later(query)
         assert self._embedding is not None  # made when there is no embed_later
         return self._embedding.submit(lambda: to_pgvector(self._embed(query)))
 
@@ -340,21 +342,6 @@ class Reader:
         with self._read() as conn:
             rows = conn.execute(query.order_by(memory_events.c.id).limit(limit)).mappings().all()
         return [{k: v for k, v in r.items() if k != "tenant_id"} for r in rows]
-
-
-class _PendingVector:
-    """A query's embedding on its way, as the pgvector text the candidate SQL binds (made on the read's thread)."""
-
-    __slots__ = ("_future", "_text")
-
-    def __init__(self, future: Future[np.ndarray]) -> None:
-        self._future = future
-        self._text: str | None = None
-
-    def result(self) -> str:
-        if self._text is None:
-            self._text = to_pgvector(self._future.result())
-        return self._text
 
 
 def _about_scope(scope: str) -> ColumnElement[bool]:

@@ -95,7 +95,7 @@ class Services:
 
     def open(self) -> None:
         """Create every resource (blocking: loads the model); called once per process."""
-        from shared.embedding import get_query_embedder, get_token_counter
+        from shared.embedding import get_query_embedder, get_token_counter, to_pgvector
 
         dead_client = self.settings.dead_client_timeout_seconds
         self.engine = db.make_engine(
@@ -148,12 +148,13 @@ class Services:
             version=embedder.version.revision,
             max_wait_s=cfg.query_batch_wait_ms / 1000 if embedder.batches else 0.0,
             cache_ttl_s=cfg.query_cache_ttl_s,
+            encode=to_pgvector,  # cached as the text the reads bind: a repeated query's is made once
         )
         self.bumper = ReferenceBumper(self.engine)  # bumps are writes: the primary
         self.reader = Reader(
             engine=self.read_engine,
             settings=self.settings,
-            embed=self.batcher.embed_one,
+            embed=embedder.embed_one,
             count_tokens=get_token_counter().count_many,
             bumper=self.bumper,
             plane=self.plane,

@@ -75,6 +75,29 @@ def test_identical_texts_are_embedded_once_and_reused_within_the_window() -> Non
         batcher.close()
 
 
+def test_rows_are_encoded_once_per_embedding_and_cached_encoded() -> None:
+    # given a batcher that hands reads the text form of each row (as the front's does: the pgvector text)
+    model = GatedModel()
+    model.release.set()
+    encoded: list[str] = []
+
+    def encode(row: np.ndarray) -> str:
+        encoded.append(f"{row[0]:g}")
+        return f"[{row[0]:g},{row[1]:g}]"
+
+    batcher = QueryBatcher(model, version="v1", cache_ttl_s=60, encode=encode)
+    try:
+        # when one text is read twice, the second time from the cache
+        first = batcher.submit("tea").result(5)
+        again = batcher.submit("tea")
+        # then both reads get the encoded row, made once: the cached read does no work on it
+        assert first == again.result() == f"[3,{sum(map(ord, 'tea'))}]"
+        assert again.done() and encoded == ["3"]
+        assert model.calls == [["tea"]]
+    finally:
+        batcher.close()
+
+
 def test_the_cache_is_keyed_by_model_version_and_expires() -> None:
     # given a batcher whose cache entries expire at once
     model = GatedModel()
