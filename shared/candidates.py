@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, TextClause, text
 
 from shared import telemetry
+from shared.db import BINARY_RESULTS
 from shared.scoring import effective_confidence_sql
 
 TABLES = {"episode": "episodes", "fact": "facts", "rule": "rules"}
@@ -313,7 +314,10 @@ def _statement(
                 f"(SELECT 'recent' AS kind, {COLUMNS[kind]}, NULL::float8 AS semantic, NULL::float8 AS keyword "
                 f"FROM episodes x WHERE {where} ORDER BY x.occurred_at DESC, x.seq DESC, x.id ASC LIMIT :recent)"
             )
-    return text("WITH " + ",\n".join(ctes) + "\n" + "\nUNION ALL\n".join(selects))
+    # Every column is a built-in type: its rows come in the binary format (shared.db.BINARY_RESULTS).
+    return text("WITH " + ",\n".join(ctes) + "\n" + "\nUNION ALL\n".join(selects)).execution_options(
+        **{BINARY_RESULTS: True}
+    )
 
 
 # episodes are partitioned by month of created_at (0018): a tuple id is only unique with its month.

@@ -152,6 +152,17 @@ psycopg._queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_LENGTH
 
 SESSION_SETTINGS = "memory_butler.session_settings"  # a pooled connection's info key: the settings it runs with
 
+# An execution option (``text(...).execution_options(binary_results=True)``): the statement's rows come in
+# PostgreSQL's binary format, whose timestamps, uuids and floats the driver reads with less work (measured: the
+# candidate statement's ~120 rows, 0.87 -> 0.65 ms of CPU). Only for statements whose columns are built-in types:
+# the driver has no binary loader for an extension's (vector, tsvector), which would come back as bytes.
+BINARY_RESULTS = "binary_results"
+
+
+def _binary_results(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
+    if context is not None and context.execution_options.get(BINARY_RESULTS):
+        cursor.format = psycopg.pq.Format.BINARY  # this execution's cursor only: each statement gets its own
+
 
 def make_engine(
     url: str,
@@ -179,6 +190,7 @@ def make_engine(
         connect_args={"connect_timeout": connect_timeout_s, "application_name": "memory-butler"},
     )
     dead_client = dead_client_statement(dead_client_timeout_s)
+    event.listen(engine, "before_cursor_execute", _binary_results)
 
     @event.listens_for(engine, "connect")
     def _end_session_when_client_vanishes(dbapi_connection: Any, record: Any) -> None:

@@ -15,8 +15,8 @@ from shared import candidates, writes
 from shared.config import load_settings
 from shared.errors import InvalidTransition
 from shared.consolidation_plan import fact_text
-from shared.db import make_engine, unit_of_work
-from shared.embedding import Embedder, get_embedder, get_token_counter
+from shared.db import BINARY_RESULTS, make_engine, unit_of_work
+from shared.embedding import Embedder, get_embedder, get_token_counter, to_pgvector
 from shared.reads import Reader, session_settings
 from shared.references import ReferenceBumper
 from shared.schemas import FactWrite, RuleWrite
@@ -746,6 +746,40 @@ def test_a_read_pools_retrieval_reads_are_one_statement_and_its_other_reads_keep
         assert around[0].startswith("BEGIN") and "force_generic_plan" in around[0] and around[-1] == "COMMIT"
     finally:
         read_engine.dispose()
+
+
+def test_the_candidate_statement_reads_the_same_rows_in_the_binary_format(engine, embedder):
+    # given a tenant holding facts, a rule and episodes of two butlers
+    t = new_tenant(engine)
+    fact(engine, embedder, t, "user", "home_city", "Lives in Porto")
+    fact(engine, embedder, t, "user", "drink", "Drinks oat milk in coffee", now=NOW - timedelta(days=3))
+    rule(engine, embedder, t, "Suggest oat milk when ordering coffee")
+    with unit_of_work(engine) as conn:
+        seed_episodes(
+            conn,
+            Seeded(tenant=t),
+            [("cafe", "general", "Ordered a coffee with oat milk"), ("gp", "health", "Booked the GP for Friday")],
+            now=NOW,
+        )
+    f = candidates.Filter(tenant_id=t, scopes=("global", "health"), butlers=("health",), min_confidence=0.0, now=NOW)
+    query = "coffee with oat milk"
+    vec = to_pgvector(embedder.embed_one(query))
+    with engine.connect() as conn:
+        statement, params = candidates.prepare(
+            conn, kinds=("fact", "rule", "episode"), f=f, query=query, query_vec=vec, pool=50, recent=5
+        )
+        # when its rows are read in the binary format (as gather reads them) and in the text format
+        binary = conn.execute(statement, params).all()
+        as_text = conn.execute(statement.execution_options(**{BINARY_RESULTS: False}), params).all()
+        # then they are the same values of the same types, every kind's rows there
+        assert statement.get_execution_options()[BINARY_RESULTS] is True
+        assert binary == as_text and [list(map(type, row)) for row in binary] == [list(map(type, r)) for r in as_text]
+        assert {row.kind for row in binary} == {"fact", "rule", "episode", "recent"}
+        # and the option switches that statement's cursor only: an extension type comes back as bytes in the binary
+        # format (no loader for it), so the statement after it, unmarked, reads text again
+        vector = text("SELECT CAST('[1,2,3]' AS vector)")
+        assert isinstance(conn.execute(vector.execution_options(**{BINARY_RESULTS: True})).scalar(), bytes)
+        assert conn.execute(vector).scalar() == "[1,2,3]"
 
 
 def test_a_long_query_alone_runs_on_the_second_session_and_embeds_as_the_batch_embedder_does(embedder):
