@@ -5,6 +5,8 @@
 Runs on a database that already holds the latency corpus (``bench_latency.py`` loads it). For each tenant and
 question it builds the statement exactly as a recall would (facts and rules, hybrid) and reads the server's
 execution time from ``EXPLAIN (ANALYZE, TIMING OFF)``; also the semantic half and the keyword half alone.
+Then this client's CPU to run the hybrid statement and read its rows in each result format (text, and the binary
+format gather asks for: shared.db.BINARY_RESULTS), alternated call by call so both see the same machine.
 Prints the medians in ms. To compare two versions of the statement, run this file in a checkout of each.
 """
 
@@ -14,6 +16,7 @@ import argparse
 import random
 import statistics
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from shared import candidates, db  # noqa: E402
 from shared.embedding import get_query_embedder, to_pgvector  # noqa: E402
+from tests.bench.common import reference_line  # noqa: E402
 from tests.bench.corpus import questions  # noqa: E402
 
 VARIANTS = {"hybrid (both halves)": (True, True), "semantic half": (True, False), "keyword half": (False, True)}
@@ -40,6 +44,7 @@ def main() -> int:
     qs = questions(random.Random(5), args.queries)
     vectors = {q: to_pgvector(embedder.embed_one(q)) for q in qs}
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    fetch: dict[str, list[float]] = {"text": [], "binary": []}  # client CPU ms per execution, by result format
     with engine.connect() as conn:
         tenants = (
             conn.execute(text("SELECT id FROM tenants WHERE id LIKE 'lat-%' ORDER BY id LIMIT :n"), {"n": args.tenants})
@@ -68,14 +73,25 @@ def main() -> int:
                             text("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql), params
                         ).scalar_one()
                         times[name].append(plan[0]["Execution Time"])
+                    if name == "hybrid (both halves)":
+                        for i in range(args.repeat):
+                            for fmt in ("text", "binary") if i % 2 else ("binary", "text"):
+                                marked = statement.execution_options(**{db.BINARY_RESULTS: fmt == "binary"})
+                                started = time.process_time()
+                                conn.execute(marked, params).all()
+                                fetch[fmt].append(1000 * (time.process_time() - started))
         conn.rollback()
+    print("\n" + reference_line())
     print(
-        f"\ngather statement, server execution time: {len(tenants)} tenants x {len(qs)} questions x "
+        f"gather statement, server execution time: {len(tenants)} tenants x {len(qs)} questions x "
         f"{args.repeat} ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)"
     )
     for name, values in times.items():
         p95 = sorted(values)[int(len(values) * 0.95)]
         print(f"{name:<22}{statistics.median(values):>8.2f} ms median  (p95 {p95:.2f})")
+    print("hybrid statement, this client's CPU to run it and read its rows (executions alternated):")
+    for fmt, values in fetch.items():
+        print(f"{fmt + ' rows':<22}{statistics.median(values):>8.3f} ms median  ({len(values)} executions)")
     return 0
 
 

@@ -76,7 +76,7 @@ def test_latency_and_gather_benchmarks_run_small(empty_database_url, capsys, mon
     )
     assert bench_gather.main() == 0
     out = capsys.readouterr().out
-    for label in ("hybrid (both halves)", "semantic half", "keyword half"):
+    for label in ("hybrid (both halves)", "semantic half", "keyword half", "text rows", "binary rows"):
         assert _figures(out, label)[0] > 0, (label, out)
 
 
