@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
+from pydantic import TypeAdapter
 from sqlalchemy import Connection
 
 from shared import candidates
@@ -184,16 +185,26 @@ HIT_FIELDS = (
 )
 
 
-def _hit(kind: str, row: Row, *, score: float, f: Filter) -> Hit:
+# Hits are validated several at a time: one call for a list is cheaper than one per hit (measured 3.1 vs 4.5 us a
+# hit, 8 at a time), and validating typed columns is cheaper than model_construct (6.9 vs 14.3 us, earlier).
+_HITS = TypeAdapter(list[Hit])
+
+
+def _hits(ranked: Sequence[tuple[float, str, Row]], f: Filter) -> list[Hit]:
+    """Hits for ranked (score, kind, row) candidates, in their order."""
+    return _HITS.validate_python([_hit_fields(kind, row, score=score, f=f) for score, kind, row in ranked])
+
+
+def _hit_fields(kind: str, row: Row, *, score: float, f: Filter) -> dict[str, Any]:
     eff = _effective(kind, row, f)
-    # Validated: from typed columns that is cheaper than model_construct (measured 6.9 vs 14.3 us per hit).
-    return Hit(
+    fields = {name: row[name] for name in HIT_FIELDS}
+    fields.update(
         type=kind,
         score=score,
         relevance=round(row["relevance"], 6),
         effective_confidence=None if eff is None else round(eff, 6),
-        **{name: row[name] for name in HIT_FIELDS},
     )
+    return fields
 
 
 def _group(kind: str, row: Row) -> tuple[object, ...] | None:
@@ -223,7 +234,7 @@ def _ranked(
     scored: Sequence[tuple[float, str, Row]], limit: int, f: Filter, *, decay: float, head: int = 0
 ) -> list[Hit]:
     """Hits for the first ``limit`` in :func:`_ordered`'s order."""
-    return [_hit(kind, row, score=score, f=f) for score, kind, row in _ordered(scored, limit, decay=decay, head=head)]
+    return _hits(_ordered(scored, limit, decay=decay, head=head), f)
 
 
 class LazyHits(Sequence[Hit]):
@@ -245,13 +256,12 @@ class LazyHits(Sequence[Hit]):
     def __getitem__(self, i: slice) -> list[Hit]: ...
 
     def __getitem__(self, i: int | slice) -> Hit | list[Hit]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        hit = self._made[i]
-        if hit is None:
-            score, kind, row = self._ranked[i]
-            hit = self._made[i] = _hit(kind, row, score=score, f=self._f)
-        return hit
+        positions = range(*i.indices(len(self))) if isinstance(i, slice) else [range(len(self))[i]]
+        missing = [j for j in positions if self._made[j] is None]
+        for j, hit in zip(missing, _hits([self._ranked[j] for j in missing], self._f), strict=True):
+            self._made[j] = hit
+        made = [self._made[j] for j in positions]
+        return made if isinstance(i, slice) else made[0]  # type: ignore[return-value]
 
 
 def _pool_of_at_least(limit: int, settings: RetrievalSettings) -> RetrievalSettings:
