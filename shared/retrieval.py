@@ -238,8 +238,8 @@ def _ranked(
 
 
 class LazyHits(Sequence[Hit]):
-    """Ranked candidates whose Hits are made when first read: a block shows only a few of each section's candidates
-    (a Hit is ~10 us to make: every fact and rule candidate's was ~1 ms of a 6-7 ms context read, measured)."""
+    """Ranked candidates whose Hits are made when first read, a slice's in one validation: a block shows only a few
+    of each section's candidates (every fact and rule candidate's Hit was ~1 ms of a 6-7 ms context read, measured)."""
 
     def __init__(self, ranked: list[tuple[float, str, Row]], f: Filter) -> None:
         self._ranked = ranked
