@@ -12,7 +12,7 @@ Candidates are scored as plain rows; a :class:`Hit` is built only for the rows a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from pydantic import TypeAdapter
 from sqlalchemy import Connection
@@ -258,10 +258,11 @@ class LazyHits(Sequence[Hit]):
     def __getitem__(self, i: int | slice) -> Hit | list[Hit]:
         positions = range(*i.indices(len(self))) if isinstance(i, slice) else [range(len(self))[i]]
         missing = [j for j in positions if self._made[j] is None]
-        for j, hit in zip(missing, _hits([self._ranked[j] for j in missing], self._f), strict=True):
-            self._made[j] = hit
-        made = [self._made[j] for j in positions]
-        return made if isinstance(i, slice) else made[0]  # type: ignore[return-value]
+        if missing:  # a slice made before (memory_context reads each top ten for telemetry, then the block) is not
+            for j, hit in zip(missing, _hits([self._ranked[j] for j in missing], self._f), strict=True):
+                self._made[j] = hit
+        made = cast(list[Hit], [self._made[j] for j in positions])
+        return made if isinstance(i, slice) else made[0]
 
 
 def _pool_of_at_least(limit: int, settings: RetrievalSettings) -> RetrievalSettings:
